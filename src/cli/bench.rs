@@ -1,0 +1,261 @@
+//! `heshare bench`: decision latency of `policy::place` for one job against a cluster view the
+//! size of the Alibaba openb cluster (6212 GPUs), partly occupied by sharing and exclusive jobs.
+//!
+//! Absolute times depend on the machine, so every figure is also given as a ratio to a baseline
+//! measured in the same run on the same view: a best-fit scan (the GPU with the least free share
+//! that still fits the job, as Slurm's gres/mps best-fit picks), the least work a sharing-aware
+//! scheduler does per job.
+
+use super::ConfigArg;
+use crate::cluster::{OPENB_GPU_NODES, idle_view, parse_node_list};
+use crate::config::Config;
+use crate::model::{JobKind, full_speed_share};
+use crate::policy::{ClusterView, JobRequest, PlacedJob, ShareRequest, place};
+use crate::units::SharePct;
+use anyhow::{Context, Result};
+use std::hint::black_box;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+#[derive(clap::Args, Debug)]
+pub struct BenchArgs {
+    #[command(flatten)]
+    pub config: ConfigArg,
+    /// Node list in the openb CSV form [default: the bundled openb GPU node list].
+    #[arg(long, value_name = "FILE")]
+    cluster: Option<PathBuf>,
+    /// Decisions to time.
+    #[arg(long, default_value_t = 2000)]
+    decisions: usize,
+    /// Fraction of GPUs that already run jobs.
+    #[arg(long, default_value_t = 0.6)]
+    occupancy: f64,
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+}
+
+/// SplitMix64: a tiny, well-mixed seeded generator; the bench needs repeatability, not crypto.
+struct SplitMix(u64);
+
+impl SplitMix {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    fn unit(&mut self) -> f64 {
+        // 53 random mantissa bits: exact in f64.
+        #[allow(clippy::cast_precision_loss)]
+        let v = (self.next() >> 11) as f64 / (1u64 << 53) as f64;
+        v
+    }
+    fn below(&mut self, n: usize) -> usize {
+        usize::try_from(self.next() % u64::try_from(n.max(1)).unwrap_or(1)).unwrap_or(0)
+    }
+}
+
+/// Fills `view` to `occupancy`: a third of the busy GPUs hold one exclusive training job, the
+/// rest one to three inference jobs of one user at their full-speed shares.
+fn occupy(cfg: &Config, view: &mut ClusterView, occupancy: f64, rng: &mut SplitMix) {
+    let training: Vec<usize> = (0..cfg.classes.len())
+        .filter(|&c| cfg.classes[c].kind == JobKind::Training)
+        .collect();
+    let inference: Vec<usize> = (0..cfg.classes.len())
+        .filter(|&c| cfg.classes[c].kind == JobKind::Inference)
+        .collect();
+    let reference = &cfg.gpu_types[cfg.reference_gpu];
+    for slot in &mut view.gpus {
+        if rng.unit() >= occupancy {
+            continue;
+        }
+        let user = format!("user{}", rng.below(50));
+        if rng.unit() < 1.0 / 3.0 || inference.is_empty() {
+            let class = training[rng.below(training.len())];
+            slot.jobs.push(PlacedJob {
+                class,
+                share: SharePct::FULL,
+                user,
+                exclusive: true,
+            });
+            continue;
+        }
+        let gpu = &cfg.gpu_types[slot.gpu_type];
+        let mut used = 0u32;
+        for _ in 0..=rng.below(3) {
+            let class = inference[rng.below(inference.len())];
+            let share = full_speed_share(
+                &cfg.classes[class],
+                gpu,
+                reference,
+                cfg.policy.mps_share_step_pct,
+            );
+            if used + u32::from(share.get()) > 100 {
+                break;
+            }
+            used += u32::from(share.get());
+            slot.jobs.push(PlacedJob {
+                class,
+                share,
+                user: user.clone(),
+                exclusive: false,
+            });
+        }
+    }
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    // Rank within 0..len by construction.
+    #[allow(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        clippy::cast_precision_loss
+    )]
+    let idx = ((sorted.len() - 1) as f64 * p).round() as usize;
+    sorted[idx.min(sorted.len() - 1)]
+}
+
+/// The GPU with the least free share that still fits `want` percent.
+fn best_fit(view: &ClusterView, want: u32) -> Option<usize> {
+    view.gpus
+        .iter()
+        .enumerate()
+        .filter_map(|(i, g)| {
+            let free = if g.jobs.iter().any(|j| j.exclusive) {
+                0
+            } else {
+                100 - g
+                    .jobs
+                    .iter()
+                    .map(|j| u32::from(j.share.get()))
+                    .sum::<u32>()
+                    .min(100)
+            };
+            (free >= want).then_some((free, i))
+        })
+        .min()
+        .map(|(_, i)| i)
+}
+
+pub fn run(out: &mut impl Write, cfg: &Config, args: &BenchArgs) -> Result<()> {
+    let (text, label) = match &args.cluster {
+        Some(p) => (
+            std::fs::read_to_string(p).with_context(|| format!("{}: cannot read", p.display()))?,
+            p.display().to_string(),
+        ),
+        None => (
+            OPENB_GPU_NODES.to_owned(),
+            "bundled openb GPU node list".to_owned(),
+        ),
+    };
+    let nodes = parse_node_list(&text, Path::new(&label), cfg)?;
+    let mut view = idle_view(&nodes);
+    let mut rng = SplitMix(args.seed);
+    occupy(cfg, &mut view, args.occupancy.clamp(0.0, 1.0), &mut rng);
+    let busy = view.gpus.iter().filter(|g| !g.jobs.is_empty()).count();
+
+    let requests: Vec<JobRequest> = (0..args.decisions.max(1))
+        .map(|_| {
+            let class = &cfg.classes[rng.below(cfg.classes.len())];
+            let share = if class.kind == JobKind::Inference {
+                ShareRequest::Auto
+            } else {
+                ShareRequest::Exclusive
+            };
+            JobRequest {
+                class: class.name.clone(),
+                gpus: 1,
+                share,
+                user: format!("user{}", rng.below(50)),
+                gpu_types: vec![],
+                energy_policy: None,
+            }
+        })
+        .collect();
+
+    let time = |f: &mut dyn FnMut(&JobRequest)| -> Vec<Duration> {
+        let mut v: Vec<Duration> = requests
+            .iter()
+            .map(|r| {
+                let t = Instant::now();
+                f(r);
+                t.elapsed()
+            })
+            .collect();
+        v.sort_unstable();
+        v
+    };
+    // Warm caches and the allocator before measuring.
+    for r in requests.iter().take(20) {
+        black_box(place(cfg, &view, r).ok());
+    }
+    let mut failures = 0usize;
+    let heshare = time(&mut |r| {
+        if place(cfg, black_box(&view), r).is_err() {
+            failures += 1;
+        }
+    });
+    let reference = &cfg.gpu_types[cfg.reference_gpu];
+    let baseline = time(&mut |r| {
+        let want = match (r.share, cfg.class(&r.class)) {
+            (ShareRequest::Auto, Some(c)) => u32::from(
+                full_speed_share(c, reference, reference, cfg.policy.mps_share_step_pct).get(),
+            ),
+            _ => 100,
+        };
+        black_box(best_fit(black_box(&view), want));
+    });
+    let type_view = ClusterView::idle_types(cfg);
+    let by_type = time(&mut |r| {
+        black_box(place(cfg, black_box(&type_view), r).ok());
+    });
+
+    let us = |d: Duration| d.as_secs_f64() * 1e6;
+    writeln!(
+        out,
+        "cluster: {label}: {} nodes, {} GPUs, {busy} busy ({:.0}%), seed {}",
+        nodes.len(),
+        view.gpus.len(),
+        100.0 * busy as f64 / view.gpus.len().max(1) as f64,
+        args.seed
+    )?;
+    writeln!(
+        out,
+        "decisions timed: {} ({} found no feasible GPU)",
+        requests.len(),
+        failures
+    )?;
+    writeln!(
+        out,
+        "{:<34} {:>12} {:>12} {:>12}",
+        "", "p50 (us)", "p99 (us)", "mean (us)"
+    )?;
+    let mean = |v: &[Duration]| v.iter().map(|d| us(*d)).sum::<f64>() / v.len().max(1) as f64;
+    let row = |out: &mut dyn Write, name: &str, v: &[Duration]| {
+        writeln!(
+            out,
+            "{name:<34} {:>12.1} {:>12.1} {:>12.1}",
+            us(percentile(v, 0.5)),
+            us(percentile(v, 0.99)),
+            mean(v)
+        )
+    };
+    row(out, "heshare place (full view)", &heshare)?;
+    row(out, "heshare place (one idle GPU/type)", &by_type)?;
+    row(out, "baseline: best-fit scan", &baseline)?;
+    let ratio = |a: &[Duration], b: &[Duration], p: f64| {
+        us(percentile(a, p)) / us(percentile(b, p)).max(1e-3)
+    };
+    writeln!(
+        out,
+        "ratio full view / best-fit scan: p50 {:.1}x, p99 {:.1}x",
+        ratio(&heshare, &baseline, 0.5),
+        ratio(&heshare, &baseline, 0.99)
+    )?;
+    Ok(())
+}

@@ -1,0 +1,320 @@
+//! The command line: flags are parsed into clap structs, turned into validated library inputs,
+//! and the results printed as tables or JSON. `anyhow` lives here only.
+//!
+//! Exit codes: 0 success; 1 the command ran but its answer is "no" (config invalid, no GPU can
+//! run the job); 2 bad usage or unreadable input.
+
+use crate::config::{Config, LoadError, check_slurm_gres};
+use crate::policy::{ClusterView, EnergyPolicy, JobRequest, Plan, ShareRequest, place};
+use crate::units::{Joules, Seconds, SharePct};
+use anyhow::{Context, Result, anyhow};
+use clap::{Parser, Subcommand, ValueEnum};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+mod bench;
+
+/// The configuration shipped in the repository, used when no other is found.
+pub const BUNDLED_CONFIG: &str = include_str!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/slurm-conf/heshare.toml"
+));
+const BUNDLED_NAME: &str = "slurm-conf/heshare.toml (bundled)";
+/// Where an installed cluster keeps its configuration.
+const SYSTEM_CONFIG: &str = "/etc/slurm/heshare.toml";
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "heshare",
+    version,
+    about = "Energy-aware, heterogeneity-aware GPU sharing for Slurm"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Validate heshare.toml (and optionally a slurm.conf's Gres= lines against its catalog).
+    CheckConfig {
+        #[command(flatten)]
+        config: ConfigArg,
+        /// A slurm.conf whose Gres=gpu:TYPE:N entries must name catalog types.
+        #[arg(long, value_name = "FILE")]
+        slurm_conf: Option<PathBuf>,
+    },
+    /// Decide where and how one job should run, and show the ranked candidates.
+    Plan(PlanArgs),
+    /// Measure decision latency on a cluster view the size of the Alibaba openb cluster.
+    Bench(bench::BenchArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct ConfigArg {
+    /// heshare.toml to use [default: $HESHARE_CONFIG, else /etc/slurm/heshare.toml, else the
+    /// bundled slurm-conf/heshare.toml].
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+}
+
+#[derive(clap::Args, Debug)]
+struct PlanArgs {
+    #[command(flatten)]
+    config: ConfigArg,
+    /// Job class from the config (e.g. bert-train).
+    #[arg(long, required_unless_present = "job", conflicts_with = "job")]
+    class: Option<String>,
+    /// Number of GPUs.
+    #[arg(long, default_value_t = 1)]
+    gpus: u32,
+    /// auto, exclusive, or an MPS percentage 1..=100.
+    #[arg(long, default_value = "auto", value_parser = parse_share)]
+    share: ShareRequest,
+    /// The submitting user (jobs of different users do not share a GPU unless allowed).
+    #[arg(long, default_value = "")]
+    user: String,
+    /// Allowed GPU types, comma separated (catalog names or aliases).
+    #[arg(long, value_delimiter = ',')]
+    gpu_types: Vec<String>,
+    /// performance (weight 0), balanced (the config's weight) or energy (weight 1).
+    #[arg(long, value_enum)]
+    energy_policy: Option<EnergyPolicyArg>,
+    /// The job as JSON instead of flags ("-" for standard input).
+    #[arg(long, value_name = "FILE")]
+    job: Option<PathBuf>,
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    format: Format,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq)]
+enum Format {
+    Table,
+    Json,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug)]
+enum EnergyPolicyArg {
+    Performance,
+    Balanced,
+    Energy,
+}
+
+impl From<EnergyPolicyArg> for EnergyPolicy {
+    fn from(a: EnergyPolicyArg) -> EnergyPolicy {
+        match a {
+            EnergyPolicyArg::Performance => EnergyPolicy::Performance,
+            EnergyPolicyArg::Balanced => EnergyPolicy::Balanced,
+            EnergyPolicyArg::Energy => EnergyPolicy::Energy,
+        }
+    }
+}
+
+/// Parses `--share`: `auto`, `exclusive` or a percentage 1..=100.
+pub fn parse_share(s: &str) -> Result<ShareRequest, String> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "auto" => Ok(ShareRequest::Auto),
+        "exclusive" => Ok(ShareRequest::Exclusive),
+        other => other
+            .trim_end_matches('%')
+            .parse::<u8>()
+            .ok()
+            .and_then(SharePct::new)
+            .map(ShareRequest::Pct)
+            .ok_or_else(|| format!("\"{s}\" is not auto, exclusive or a percentage 1..=100")),
+    }
+}
+
+/// An error that already printed what it had to say and only carries the exit code.
+#[derive(Debug)]
+struct Exit(u8);
+
+impl std::fmt::Display for Exit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "exit {}", self.0)
+    }
+}
+impl std::error::Error for Exit {}
+
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let mut out = std::io::stdout().lock();
+    let result = match cli.command {
+        Command::CheckConfig { config, slurm_conf } => {
+            check_config(&mut out, &config, slurm_conf.as_deref())
+        }
+        Command::Plan(args) => plan(&mut out, &args),
+        Command::Bench(args) => {
+            load_config(&args.config.config).and_then(|(cfg, _)| bench::run(&mut out, &cfg, &args))
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            if let Some(Exit(code)) = e.downcast_ref::<Exit>() {
+                return ExitCode::from(*code);
+            }
+            // A closed pipe (`heshare plan | head`) is not a failure.
+            if e.chain().any(|c| {
+                c.downcast_ref::<std::io::Error>()
+                    .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+            }) {
+                return ExitCode::SUCCESS;
+            }
+            eprintln!("heshare: {e:#}");
+            ExitCode::from(if e.downcast_ref::<LoadError>().is_some() {
+                1
+            } else {
+                2
+            })
+        }
+    }
+}
+
+/// Finds and loads the configuration; returns it with a label saying where it came from.
+fn load_config(explicit: &Option<PathBuf>) -> Result<(Config, String)> {
+    let from_env = std::env::var_os("HESHARE_CONFIG").map(PathBuf::from);
+    let path = explicit.clone().or(from_env).or_else(|| {
+        let p = PathBuf::from(SYSTEM_CONFIG);
+        p.exists().then_some(p)
+    });
+    match path {
+        Some(p) => {
+            let cfg = Config::load(&p)?;
+            Ok((cfg, p.display().to_string()))
+        }
+        None => Ok((
+            Config::parse(BUNDLED_CONFIG, Path::new(BUNDLED_NAME))?,
+            BUNDLED_NAME.to_owned(),
+        )),
+    }
+}
+
+fn check_config(out: &mut impl Write, arg: &ConfigArg, slurm_conf: Option<&Path>) -> Result<()> {
+    let (cfg, label) = match load_config(&arg.config) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("{e}");
+            return Err(Exit(1).into());
+        }
+    };
+    writeln!(
+        out,
+        "{label}: ok: {} GPU types ({}), {} job classes, reference {}",
+        cfg.gpu_types.len(),
+        cfg.gpu_types
+            .iter()
+            .map(|g| g.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", "),
+        cfg.classes.len(),
+        cfg.gpu_types[cfg.reference_gpu].name
+    )?;
+    if let Some(sc) = slurm_conf {
+        let text = std::fs::read_to_string(sc)
+            .with_context(|| format!("{}: cannot read", sc.display()))?;
+        let findings = check_slurm_gres(&text, &cfg);
+        if !findings.is_empty() {
+            for f in &findings {
+                eprintln!("{}:{}: {}", sc.display(), f.line, f.message);
+            }
+            return Err(Exit(1).into());
+        }
+        writeln!(
+            out,
+            "{}: ok: every Gres=gpu type is in the catalog",
+            sc.display()
+        )?;
+    }
+    Ok(())
+}
+
+fn read_job(path: &Path) -> Result<JobRequest> {
+    let (text, label) = if path == Path::new("-") {
+        let mut s = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut s)
+            .context("reading the job from standard input")?;
+        (s, "<stdin>".to_owned())
+    } else {
+        (
+            std::fs::read_to_string(path)
+                .with_context(|| format!("{}: cannot read", path.display()))?,
+            path.display().to_string(),
+        )
+    };
+    serde_json::from_str(&text).map_err(|e| anyhow!("{label}:{}:{}: {e}", e.line(), e.column()))
+}
+
+fn plan(out: &mut impl Write, args: &PlanArgs) -> Result<()> {
+    let (cfg, label) = load_config(&args.config.config)?;
+    let req = match &args.job {
+        Some(p) => read_job(p)?,
+        None => JobRequest {
+            class: args.class.clone().unwrap_or_default(),
+            gpus: args.gpus,
+            share: args.share,
+            user: args.user.clone(),
+            gpu_types: args.gpu_types.clone(),
+            energy_policy: args.energy_policy.map(Into::into),
+        },
+    };
+    let view = ClusterView::idle_types(&cfg);
+    let plan = match place(&cfg, &view, &req) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("heshare: {e}");
+            return Err(Exit(1).into());
+        }
+    };
+    match args.format {
+        Format::Json => {
+            writeln!(out, "{}", serde_json::to_string_pretty(&plan)?)?;
+        }
+        Format::Table => print_plan(out, &plan, &label)?,
+    }
+    Ok(())
+}
+
+fn print_plan(out: &mut impl Write, plan: &Plan, label: &str) -> std::io::Result<()> {
+    writeln!(out, "config: {label}")?;
+    writeln!(
+        out,
+        "{:>4}  {:<10} {:>10} {:>9} {:>12} {:>12} {:>8} {:>6}",
+        "rank", "gpu_type", "share", "clock", "runtime", "energy", "slowdown", "score"
+    )?;
+    for (i, c) in plan.candidates.iter().enumerate() {
+        let share = if c.exclusive {
+            format!("{}x whole", c.gpus)
+        } else {
+            format!("{}%", c.share_pct)
+        };
+        writeln!(
+            out,
+            "{:>4}  {:<10} {:>10} {:>5} MHz {:>12} {:>12} {:>7.2}x {:>6.1}",
+            i + 1,
+            c.gpu_type,
+            share,
+            c.sm_clock_mhz,
+            Seconds(c.predicted_runtime_s).to_string(),
+            Joules(c.predicted_energy_j).to_string(),
+            c.slowdown,
+            c.score
+        )?;
+    }
+    let d = &plan.decision;
+    writeln!(out)?;
+    writeln!(
+        out,
+        "decision: {} {} at {} MHz, nice {:+}",
+        d.gpu_type,
+        if d.exclusive {
+            "exclusive".to_owned()
+        } else {
+            format!("mps:{}", d.share_pct)
+        },
+        d.sm_clock_mhz,
+        d.nice
+    )?;
+    writeln!(out, "reason:   {}", d.reason)
+}

@@ -1,0 +1,794 @@
+//! `heshare.toml`: the GPU catalog, the job classes and the policy knobs, loaded and validated.
+//!
+//! Loading happens in two passes. Serde rejects unknown and mistyped fields (with the TOML span of
+//! the offending key); `validate` then checks ranges and cross-references and turns every problem
+//! into a [`ConfigError`] that names file, line and field, found again in the source with
+//! `toml_edit`. The validated [`Config`] holds plain model types with no optional fields left, so
+//! the pure model and policy code never re-checks them.
+
+use crate::model::{GpuType, JobClass, JobKind};
+use crate::units::{Mhz, Watts};
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+/// One problem in a config file, located as precisely as the source allows.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConfigError {
+    pub file: PathBuf,
+    /// 1-based line; `None` when the problem is the absence of something.
+    pub line: Option<usize>,
+    /// Dotted key path, e.g. `gpu.a100.default_sm_clock_mhz`.
+    pub field: String,
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.line {
+            Some(l) => write!(f, "{}:{l}: ", self.file.display())?,
+            None => write!(f, "{}: ", self.file.display())?,
+        }
+        if !self.field.is_empty() {
+            write!(f, "{}: ", self.field)?;
+        }
+        write!(f, "{}", self.message)
+    }
+}
+
+/// Every problem found in one file; a config is either wholly valid or rejected with all of them.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("{}: cannot read: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{}", join_errors(.0))]
+    Invalid(Vec<ConfigError>),
+}
+
+fn join_errors(errs: &[ConfigError]) -> String {
+    errs.iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Energy-vs-time trade-off and sharing rules, the admin's knobs.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyKnobs {
+    /// 0 = fastest completion, 1 = least energy.
+    pub energy_weight: f64,
+    /// A job may run at most this many times slower than alone on its GPU at the default clock.
+    pub slowdown_bound: f64,
+    /// MPS shares are multiples of this percentage.
+    pub mps_share_step_pct: u8,
+    /// Whether jobs of different users may share one GPU. NVIDIA MPS serialises different users'
+    /// servers on one GPU, so the model time-slices them when this is on.
+    pub allow_cross_user_sharing: bool,
+    /// The priority adjustment stays within ±nice_range (Slurm nice units).
+    pub nice_range: u32,
+    /// The catalog type on which job classes' reference runtimes and demands are measured.
+    pub reference_gpu: String,
+    /// Slowdown a job suffers per unit of memory-intensive busy time of its co-located jobs.
+    pub contention_kappa: f64,
+    /// At most this many jobs share one GPU (MPS allows 48 clients per GPU on Volta and later).
+    #[serde(default = "default_max_jobs_per_gpu")]
+    pub max_jobs_per_gpu: u8,
+}
+
+fn default_max_jobs_per_gpu() -> u8 {
+    8
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ClockRange {
+    min: u32,
+    max: u32,
+    /// Fractional steps exist (Volta lists clocks 7.5 MHz apart, rounded down).
+    step: f64,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GpuTypeSpec {
+    #[serde(default)]
+    description: String,
+    #[serde(default)]
+    aliases: Vec<String>,
+    idle_power_w: f64,
+    max_power_w: f64,
+    memory_gib: f64,
+    relative_throughput: f64,
+    #[serde(default)]
+    sm_clocks_mhz: Option<Vec<u32>>,
+    #[serde(default)]
+    sm_clock_range_mhz: Option<ClockRange>,
+    default_sm_clock_mhz: u32,
+    dvfs_static_fraction: f64,
+    dvfs_exponent: f64,
+    #[serde(default = "yes")]
+    mps: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct JobClassSpec {
+    kind: JobKind,
+    #[serde(default)]
+    description: String,
+    reference_runtime_s: f64,
+    speed_exponent: f64,
+    clock_bound_fraction: f64,
+    power_util: f64,
+    mem_intensity: f64,
+    memory_gib: f64,
+    #[serde(default)]
+    sm_occupancy: Option<f64>,
+    #[serde(default)]
+    demand: Option<f64>,
+    #[serde(default)]
+    slowdown_bound: Option<f64>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    policy: PolicyKnobs,
+    gpu: BTreeMap<String, GpuTypeSpec>,
+    class: BTreeMap<String, JobClassSpec>,
+}
+
+/// A validated configuration. GPU types and classes keep the file's (sorted) key order, which
+/// makes every decision that iterates over them deterministic.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    pub policy: PolicyKnobs,
+    pub gpu_types: Vec<GpuType>,
+    pub classes: Vec<JobClass>,
+    /// Index into `gpu_types` of `policy.reference_gpu`.
+    pub reference_gpu: usize,
+}
+
+impl Config {
+    pub fn gpu_type(&self, name: &str) -> Option<usize> {
+        self.gpu_types.iter().position(|g| g.name == name)
+    }
+
+    /// Resolves a catalog name or an alias (e.g. a trace's `V100M16`), case-insensitively.
+    pub fn resolve_gpu_type(&self, name: &str) -> Option<usize> {
+        self.gpu_types.iter().position(|g| {
+            g.name.eq_ignore_ascii_case(name)
+                || g.aliases.iter().any(|a| a.eq_ignore_ascii_case(name))
+        })
+    }
+
+    pub fn class(&self, name: &str) -> Option<&JobClass> {
+        self.classes.iter().find(|c| c.name == name)
+    }
+
+    pub fn load(path: &Path) -> Result<Config, LoadError> {
+        let src = std::fs::read_to_string(path).map_err(|source| LoadError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Config::parse(&src, path)
+    }
+
+    /// Parses and validates `src`; `path` only labels the errors.
+    pub fn parse(src: &str, path: &Path) -> Result<Config, LoadError> {
+        let raw: RawConfig = serde_path_to_error::deserialize(toml::Deserializer::new(src))
+            .map_err(|e| {
+                let field = e.path().to_string();
+                let inner = e.into_inner();
+                let line = inner.span().map(|s| line_of_offset(src, s.start));
+                LoadError::Invalid(vec![ConfigError {
+                    file: path.to_owned(),
+                    line,
+                    field: if field == "." { String::new() } else { field },
+                    message: inner.message().trim().to_owned(),
+                }])
+            })?;
+        let mut errs = Vec::new();
+        let cfg = validate(raw, &mut errs);
+        if errs.is_empty() {
+            Ok(cfg)
+        } else {
+            let doc = toml_edit::ImDocument::parse(src.to_owned()).ok();
+            Err(LoadError::Invalid(
+                errs.into_iter()
+                    .map(|(field, message)| ConfigError {
+                        file: path.to_owned(),
+                        line: doc.as_ref().and_then(|d| line_of_field(d, src, &field)),
+                        field,
+                        message,
+                    })
+                    .collect(),
+            ))
+        }
+    }
+}
+
+fn line_of_offset(src: &str, offset: usize) -> usize {
+    src.as_bytes()[..offset.min(src.len())]
+        .iter()
+        .filter(|&&b| b == b'\n')
+        .count()
+        + 1
+}
+
+/// The line of the deepest key of `field` (dotted path) present in the document.
+fn line_of_field(doc: &toml_edit::ImDocument<String>, src: &str, field: &str) -> Option<usize> {
+    let mut table: &dyn toml_edit::TableLike = doc.as_table();
+    let mut found = None;
+    for part in field.split('.') {
+        let Some((key, item)) = table.get_key_value(part) else {
+            break;
+        };
+        found = key.span().or_else(|| item.span()).or(found);
+        match item.as_table_like() {
+            Some(t) => table = t,
+            None => break,
+        }
+    }
+    found.map(|s| line_of_offset(src, s.start))
+}
+
+type Problems = Vec<(String, String)>;
+
+fn check(errs: &mut Problems, ok: bool, field: impl Into<String>, msg: impl Into<String>) {
+    if !ok {
+        errs.push((field.into(), msg.into()));
+    }
+}
+
+fn finite_in(v: f64, lo: f64, hi: f64) -> bool {
+    v.is_finite() && v >= lo && v <= hi
+}
+
+fn validate(raw: RawConfig, errs: &mut Problems) -> Config {
+    let p = &raw.policy;
+    check(
+        errs,
+        finite_in(p.energy_weight, 0.0, 1.0),
+        "policy.energy_weight",
+        format!(
+            "{} is outside 0..=1 (0 = fastest, 1 = least energy)",
+            p.energy_weight
+        ),
+    );
+    check(
+        errs,
+        finite_in(p.slowdown_bound, 1.0, 100.0),
+        "policy.slowdown_bound",
+        format!(
+            "{} is outside 1..=100 (1 = no slowdown allowed)",
+            p.slowdown_bound
+        ),
+    );
+    check(
+        errs,
+        (1..=50).contains(&p.mps_share_step_pct),
+        "policy.mps_share_step_pct",
+        format!("{} is outside 1..=50", p.mps_share_step_pct),
+    );
+    check(
+        errs,
+        p.nice_range <= 10_000,
+        "policy.nice_range",
+        format!("{} is over 10000", p.nice_range),
+    );
+    check(
+        errs,
+        finite_in(p.contention_kappa, 0.0, 10.0),
+        "policy.contention_kappa",
+        format!("{} is outside 0..=10", p.contention_kappa),
+    );
+    check(
+        errs,
+        (1..=48).contains(&p.max_jobs_per_gpu),
+        "policy.max_jobs_per_gpu",
+        format!(
+            "{} is outside 1..=48 (MPS serves at most 48 clients per GPU)",
+            p.max_jobs_per_gpu
+        ),
+    );
+    check(
+        errs,
+        !raw.gpu.is_empty(),
+        "gpu",
+        "the catalog has no GPU type; add a [gpu.NAME] table",
+    );
+    check(
+        errs,
+        !raw.class.is_empty(),
+        "class",
+        "no job class; add a [class.NAME] table",
+    );
+
+    let mut gpu_types = Vec::new();
+    for (name, g) in &raw.gpu {
+        let f = |k: &str| format!("gpu.{name}.{k}");
+        check(
+            errs,
+            valid_gres_type(name),
+            format!("gpu.{name}"),
+            "a GPU type name must be a Slurm gres type: letters, digits, '_', '-' or '.'",
+        );
+        check(
+            errs,
+            finite_in(g.idle_power_w, 0.0, 5000.0),
+            f("idle_power_w"),
+            format!("{} W is outside 0..=5000", g.idle_power_w),
+        );
+        check(
+            errs,
+            finite_in(g.max_power_w, 1.0, 5000.0) && g.max_power_w > g.idle_power_w,
+            f("max_power_w"),
+            format!(
+                "{} W must be above idle_power_w ({} W) and at most 5000",
+                g.max_power_w, g.idle_power_w
+            ),
+        );
+        check(
+            errs,
+            finite_in(g.memory_gib, 0.1, 4096.0),
+            f("memory_gib"),
+            format!("{} is outside 0.1..=4096", g.memory_gib),
+        );
+        check(
+            errs,
+            finite_in(g.relative_throughput, 0.01, 1000.0),
+            f("relative_throughput"),
+            format!("{} is outside 0.01..=1000", g.relative_throughput),
+        );
+        check(
+            errs,
+            finite_in(g.dvfs_static_fraction, 0.0, 1.0),
+            f("dvfs_static_fraction"),
+            format!("{} is outside 0..=1", g.dvfs_static_fraction),
+        );
+        check(
+            errs,
+            finite_in(g.dvfs_exponent, 0.1, 5.0),
+            f("dvfs_exponent"),
+            format!("{} is outside 0.1..=5", g.dvfs_exponent),
+        );
+        let clocks = match (&g.sm_clocks_mhz, &g.sm_clock_range_mhz) {
+            (Some(list), None) => {
+                let mut c = list.clone();
+                c.sort_unstable();
+                c.dedup();
+                check(
+                    errs,
+                    !c.is_empty(),
+                    f("sm_clocks_mhz"),
+                    "the clock list is empty",
+                );
+                check(
+                    errs,
+                    c.iter().all(|&m| (100..=5000).contains(&m)),
+                    f("sm_clocks_mhz"),
+                    "every clock must be within 100..=5000 MHz",
+                );
+                c
+            }
+            (None, Some(r)) => {
+                let ok = (100..=5000).contains(&r.min)
+                    && r.max >= r.min
+                    && r.max <= 5000
+                    && finite_in(r.step, 0.5, 1000.0);
+                check(
+                    errs,
+                    ok,
+                    f("sm_clock_range_mhz"),
+                    format!(
+                        "min {} / max {} / step {} must satisfy 100 <= min <= max <= 5000 and 0.5 <= step <= 1000",
+                        r.min, r.max, r.step
+                    ),
+                );
+                if ok { clock_steps(r) } else { Vec::new() }
+            }
+            _ => {
+                errs.push((format!("gpu.{name}"), "give exactly one of sm_clocks_mhz (a list) or sm_clock_range_mhz ({ min, max, step })".into()));
+                Vec::new()
+            }
+        };
+        if !clocks.is_empty() {
+            let lo = clocks[0];
+            let hi = clocks[clocks.len() - 1];
+            check(
+                errs,
+                clocks.contains(&g.default_sm_clock_mhz),
+                f("default_sm_clock_mhz"),
+                format!(
+                    "{} MHz is not a supported clock of {name} ({lo}..={hi} MHz)",
+                    g.default_sm_clock_mhz
+                ),
+            );
+        }
+        gpu_types.push(GpuType {
+            name: name.clone(),
+            description: g.description.clone(),
+            aliases: g.aliases.clone(),
+            idle_power: Watts(g.idle_power_w),
+            max_power: Watts(g.max_power_w),
+            memory_gib: g.memory_gib,
+            relative_throughput: g.relative_throughput,
+            sm_clocks: clocks.into_iter().map(Mhz).collect(),
+            default_sm_clock: Mhz(g.default_sm_clock_mhz),
+            dvfs_static_fraction: g.dvfs_static_fraction,
+            dvfs_exponent: g.dvfs_exponent,
+            mps: g.mps,
+        });
+    }
+    let mut seen = BTreeMap::new();
+    for (i, g) in gpu_types.iter().enumerate() {
+        for alias in std::iter::once(&g.name).chain(&g.aliases) {
+            if let Some(other) = seen.insert(alias.to_ascii_lowercase(), i) {
+                if other != i {
+                    errs.push((
+                        format!("gpu.{}.aliases", g.name),
+                        format!("\"{alias}\" also names gpu.{}", gpu_types[other].name),
+                    ));
+                }
+            }
+        }
+    }
+    let reference_gpu = gpu_types.iter().position(|g| g.name == p.reference_gpu);
+    check(
+        errs,
+        reference_gpu.is_some(),
+        "policy.reference_gpu",
+        format!(
+            "\"{}\" is not a [gpu.*] type (known: {})",
+            p.reference_gpu,
+            gpu_types
+                .iter()
+                .map(|g| g.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    );
+
+    let mut classes = Vec::new();
+    for (name, c) in &raw.class {
+        let f = |k: &str| format!("class.{name}.{k}");
+        check(
+            errs,
+            finite_in(c.reference_runtime_s, 1e-3, 1e9),
+            f("reference_runtime_s"),
+            format!("{} is outside 0.001..=1e9 s", c.reference_runtime_s),
+        );
+        check(
+            errs,
+            finite_in(c.speed_exponent, 0.0, 3.0),
+            f("speed_exponent"),
+            format!("{} is outside 0..=3", c.speed_exponent),
+        );
+        check(
+            errs,
+            finite_in(c.clock_bound_fraction, 0.0, 1.0),
+            f("clock_bound_fraction"),
+            format!("{} is outside 0..=1", c.clock_bound_fraction),
+        );
+        check(
+            errs,
+            finite_in(c.power_util, 0.0, 1.0),
+            f("power_util"),
+            format!("{} is outside 0..=1", c.power_util),
+        );
+        check(
+            errs,
+            finite_in(c.mem_intensity, 0.0, 1.0),
+            f("mem_intensity"),
+            format!("{} is outside 0..=1", c.mem_intensity),
+        );
+        check(
+            errs,
+            finite_in(c.memory_gib, 0.0, 4096.0),
+            f("memory_gib"),
+            format!("{} is outside 0..=4096", c.memory_gib),
+        );
+        if let Some(b) = c.slowdown_bound {
+            check(
+                errs,
+                finite_in(b, 1.0, 100.0),
+                f("slowdown_bound"),
+                format!("{b} is outside 1..=100"),
+            );
+        }
+        let demand = match c.kind {
+            JobKind::Training => {
+                check(
+                    errs,
+                    c.demand.is_none(),
+                    f("demand"),
+                    "a training class has no demand; it fills the GPU it gets (use sm_occupancy)",
+                );
+                let occ = c.sm_occupancy.unwrap_or(1.0);
+                check(
+                    errs,
+                    finite_in(occ, 0.01, 1.0),
+                    f("sm_occupancy"),
+                    format!("{occ} is outside 0.01..=1"),
+                );
+                occ
+            }
+            JobKind::Inference => {
+                check(
+                    errs,
+                    c.sm_occupancy.is_none(),
+                    f("sm_occupancy"),
+                    "an inference class is sized by demand, not sm_occupancy",
+                );
+                match c.demand {
+                    Some(d) => {
+                        check(
+                            errs,
+                            finite_in(d, 0.001, 64.0),
+                            f("demand"),
+                            format!("{d} is outside 0.001..=64 (fraction of the reference GPU)"),
+                        );
+                        d
+                    }
+                    None => {
+                        errs.push((format!("class.{name}"), "an inference class needs demand (the fraction of the reference GPU it keeps busy)".into()));
+                        1.0
+                    }
+                }
+            }
+        };
+        classes.push(JobClass {
+            name: name.clone(),
+            kind: c.kind,
+            description: c.description.clone(),
+            reference_runtime_s: c.reference_runtime_s,
+            speed_exponent: c.speed_exponent,
+            clock_bound_fraction: c.clock_bound_fraction,
+            power_util: c.power_util,
+            mem_intensity: c.mem_intensity,
+            memory_gib: c.memory_gib,
+            demand,
+            slowdown_bound: c.slowdown_bound,
+        });
+    }
+    Config {
+        policy: raw.policy,
+        gpu_types,
+        classes,
+        reference_gpu: reference_gpu.unwrap_or(0),
+    }
+}
+
+/// Slurm splits gres specs on ':' and ',' and node lists on brackets; keep type names to
+/// characters that survive both.
+fn valid_gres_type(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+}
+
+fn clock_steps(r: &ClockRange) -> Vec<u32> {
+    let mut out = Vec::new();
+    let mut i = 0u32;
+    loop {
+        let v = f64::from(r.min) + f64::from(i) * r.step;
+        // A millihertz of tolerance lets a step written with finite decimals (784 / 62 MHz)
+        // still land on the maximum.
+        if v > f64::from(r.max) + 1e-3 {
+            break;
+        }
+        // The value is within 100..=5000 by the range check above, so the cast cannot truncate.
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        out.push((v + 1e-3).floor() as u32);
+        i += 1;
+    }
+    out.dedup();
+    out
+}
+
+/// One `Gres=` problem found in a slurm.conf.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GresFinding {
+    pub line: usize,
+    pub message: String,
+}
+
+/// Cross-checks every `Gres=gpu:TYPE:N` of a slurm.conf against the catalog.
+///
+/// Untyped `gpu:N` is reported too: without a type heshare cannot tell the GPUs apart and would
+/// have to treat the node as the reference type.
+pub fn check_slurm_gres(slurm_conf: &str, cfg: &Config) -> Vec<GresFinding> {
+    let mut out = Vec::new();
+    let known = || {
+        cfg.gpu_types
+            .iter()
+            .map(|g| g.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    for (i, line) in slurm_conf.lines().enumerate() {
+        let line_no = i + 1;
+        let content = line.split('#').next().unwrap_or("");
+        for token in content.split_whitespace() {
+            let Some((key, value)) = token.split_once('=') else {
+                continue;
+            };
+            if !key.eq_ignore_ascii_case("gres") {
+                continue;
+            }
+            for spec in split_gres_list(value) {
+                let mut parts = spec.split(':');
+                let Some(kind) = parts.next() else { continue };
+                if !kind.eq_ignore_ascii_case("gpu") {
+                    continue;
+                }
+                let rest: Vec<&str> = parts.collect();
+                match rest.as_slice() {
+                    [count] if count_ok(count) => out.push(GresFinding { line: line_no, message: format!("Gres: \"{spec}\" has no GPU type; write gpu:TYPE:N with TYPE from the catalog ({})", known()) }),
+                    [ty, count] if count_ok(count) => {
+                        if cfg.gpu_type(ty).is_none() {
+                            let hint = cfg.resolve_gpu_type(ty).map(|i| format!("; did you mean \"{}\"?", cfg.gpu_types[i].name)).unwrap_or_default();
+                            out.push(GresFinding { line: line_no, message: format!("Gres: GPU type \"{ty}\" is not in the catalog (known: {}){hint}", known()) });
+                        }
+                    }
+                    _ => out.push(GresFinding { line: line_no, message: format!("Gres: cannot read \"{spec}\"; expected gpu:TYPE:COUNT") }),
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Splits `gpu:a100:2(S:0-1),mps:200` on the commas that are outside parentheses.
+fn split_gres_list(value: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let (mut depth, mut start) = (0i32, 0usize);
+    for (i, ch) in value.char_indices() {
+        match ch {
+            '(' => depth += 1,
+            ')' => depth -= 1,
+            ',' if depth == 0 => {
+                out.push(&value[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    out.push(&value[start..]);
+    out.into_iter()
+        .map(|s| s.split('(').next().unwrap_or(s))
+        .filter(|s| !s.is_empty())
+        .collect()
+}
+
+fn count_ok(count: &str) -> bool {
+    let digits = count.trim_end_matches(['k', 'K', 'm', 'M', 'g', 'G']);
+    !digits.is_empty() && digits.chars().all(|c| c.is_ascii_digit())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub(crate) const SMALL: &str = r#"
+[policy]
+energy_weight = 0.5
+slowdown_bound = 1.5
+mps_share_step_pct = 5
+allow_cross_user_sharing = false
+nice_range = 100
+reference_gpu = "v100"
+contention_kappa = 0.3
+
+[gpu.v100]
+aliases = ["V100M16"]
+idle_power_w = 30
+max_power_w = 300
+memory_gib = 16
+relative_throughput = 1.0
+sm_clock_range_mhz = { min = 135, max = 1380, step = 7.5 }
+default_sm_clock_mhz = 1380
+dvfs_static_fraction = 0.3
+dvfs_exponent = 2.0
+
+[class.train]
+kind = "training"
+reference_runtime_s = 3600
+speed_exponent = 1.0
+clock_bound_fraction = 0.4
+power_util = 0.9
+mem_intensity = 0.8
+memory_gib = 8
+"#;
+
+    fn parse(src: &str) -> Result<Config, Vec<ConfigError>> {
+        Config::parse(src, Path::new("h.toml")).map_err(|e| match e {
+            LoadError::Invalid(v) => v,
+            LoadError::Read { .. } => unreachable!("parse does not read files"),
+        })
+    }
+
+    #[test]
+    fn volta_clock_range_matches_the_measured_list() {
+        let cfg = parse(SMALL).expect("valid");
+        let c = &cfg.gpu_types[0].sm_clocks;
+        assert_eq!(c.len(), 167);
+        assert_eq!(&c[..4], &[Mhz(135), Mhz(142), Mhz(150), Mhz(157)]);
+        assert_eq!(c.last(), Some(&Mhz(1380)));
+    }
+
+    #[test]
+    fn misspelt_field_names_file_line_and_field() {
+        let bad = SMALL.replace("idle_power_w = 30", "idle_powr_w = 30");
+        let errs = parse(&bad).expect_err("must fail");
+        let msg = errs[0].to_string();
+        assert!(msg.starts_with("h.toml:13: gpu.v100"), "{msg}");
+        assert!(msg.contains("unknown field `idle_powr_w`"), "{msg}");
+    }
+
+    #[test]
+    fn out_of_range_default_clock_names_its_line() {
+        let bad = SMALL.replace("default_sm_clock_mhz = 1380", "default_sm_clock_mhz = 1999");
+        let errs = parse(&bad).expect_err("must fail");
+        assert_eq!(errs.len(), 1);
+        assert_eq!(errs[0].line, Some(18));
+        assert_eq!(errs[0].field, "gpu.v100.default_sm_clock_mhz");
+        assert!(
+            errs[0]
+                .message
+                .contains("1999 MHz is not a supported clock"),
+            "{}",
+            errs[0]
+        );
+    }
+
+    #[test]
+    fn all_range_errors_are_reported_together() {
+        let bad = SMALL
+            .replace("energy_weight = 0.5", "energy_weight = 1.5")
+            .replace("power_util = 0.9", "power_util = -1");
+        let errs = parse(&bad).expect_err("must fail");
+        let fields: Vec<_> = errs.iter().map(|e| (e.field.as_str(), e.line)).collect();
+        assert_eq!(
+            fields,
+            vec![
+                ("policy.energy_weight", Some(3)),
+                ("class.train.power_util", Some(27))
+            ]
+        );
+    }
+
+    #[test]
+    fn wrong_type_is_located() {
+        let bad = SMALL.replace("memory_gib = 16", "memory_gib = \"16\"");
+        let errs = parse(&bad).expect_err("must fail");
+        assert_eq!(errs[0].line, Some(15), "{}", errs[0]);
+        assert_eq!(errs[0].field, "gpu.v100.memory_gib");
+    }
+
+    #[test]
+    fn slurm_conf_gres_is_checked_against_the_catalog() {
+        let cfg = parse(SMALL).expect("valid");
+        let conf = "NodeName=n1 Gres=gpu:v100:2,mps:200 State=UNKNOWN\n# NodeName=x Gres=gpu:zz:1\nNodeName=n2 Gres=gpu:a40:4(S:0-1)\nNodeName=n3 Gres=gpu:4\nNodeName=n4 gres=gpu:V100M16:1\n";
+        let f = check_slurm_gres(conf, &cfg);
+        assert_eq!(f.len(), 3, "{f:?}");
+        assert_eq!(f[0].line, 3);
+        assert!(f[0].message.contains("\"a40\" is not in the catalog"));
+        assert_eq!(f[1].line, 4);
+        assert!(f[1].message.contains("no GPU type"));
+        assert!(f[2].message.contains("did you mean \"v100\""));
+    }
+}

@@ -1,0 +1,5 @@
+//! The `heshare` command: see `heshare --help`.
+
+fn main() -> std::process::ExitCode {
+    heshare::cli::main()
+}

@@ -1,0 +1,456 @@
+//! The performance and power model: how long a job runs and how much power a GPU draws, as pure
+//! functions of GPU type, SM clock, MPS share and co-located jobs.
+//!
+//! Every constant comes from the configuration (calibrated in `slurm-conf/heshare.toml`, derived by
+//! `scripts/calibrate.py` from the public measurements cited there). The shape of the model:
+//!
+//! * **Speed across GPU types** (Gavel's per-type throughputs): a class runs `(K_g / K_ref)^a`
+//!   times as fast on type `g` as on the reference type, `K` the type's relative throughput and
+//!   `a` the class's sensitivity to GPU speed.
+//! * **DVFS** (fitted to Zeus's power-limit sweeps): the clock-bound fraction `c` of a job's GPU
+//!   time stretches by `f_default / f`; busy power scales as `beta + (1 - beta) (f / f_max)^gamma`.
+//! * **MPS shares**: a training job's clock-bound part stretches by `occupancy / share` when its
+//!   share is below the SMs it would use alone. An inference job is rate-bound: it keeps a load
+//!   `rho = need / share`, runs at its own pace while `rho <= 1` and slows by `rho` beyond.
+//! * **Contention** (fitted to Gavel's co-located pairs): each job slows by
+//!   `1 + kappa * sum(mem_intensity_k * busy_k)` over the other jobs on the GPU. MPS runs one
+//!   user's server at a time, so jobs of `n` different users on one GPU are time-sliced `n` ways.
+//! * **Energy attribution**: idle power is split by share, busy power by each job's draw.
+
+use crate::units::{Joules, Mhz, Seconds, SharePct, Watts};
+use serde::{Deserialize, Serialize};
+
+/// A GPU type of the catalog.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GpuType {
+    /// The Slurm gres type name (`gpu:NAME:N`).
+    pub name: String,
+    pub description: String,
+    /// Other names for it, e.g. the model strings of a trace.
+    pub aliases: Vec<String>,
+    pub idle_power: Watts,
+    pub max_power: Watts,
+    pub memory_gib: f64,
+    /// Training throughput relative to the other types (the reference type's value is the unit).
+    pub relative_throughput: f64,
+    /// Supported SM clocks, ascending, deduplicated, never empty once validated.
+    pub sm_clocks: Vec<Mhz>,
+    /// The clock the GPU runs at when nobody locks it.
+    pub default_sm_clock: Mhz,
+    /// `beta`: the part of busy power that does not fall with the clock.
+    pub dvfs_static_fraction: f64,
+    /// `gamma`: how steeply the rest falls with the clock.
+    pub dvfs_exponent: f64,
+    /// Whether Slurm offers this type as gres/mps.
+    pub mps: bool,
+}
+
+impl GpuType {
+    pub fn max_clock(&self) -> Mhz {
+        self.sm_clocks
+            .last()
+            .copied()
+            .unwrap_or(self.default_sm_clock)
+    }
+
+    pub fn supports_clock(&self, f: Mhz) -> bool {
+        self.sm_clocks.binary_search(&f).is_ok()
+    }
+
+    /// Busy power as a fraction of its value at the maximum clock.
+    pub fn dvfs_power_factor(&self, f: Mhz) -> f64 {
+        let r = f64::from(f.0) / f64::from(self.max_clock().0.max(1));
+        self.dvfs_static_fraction + (1.0 - self.dvfs_static_fraction) * r.powf(self.dvfs_exponent)
+    }
+}
+
+/// Training fills whatever GPU it gets; inference serves a stream at its own pace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum JobKind {
+    Training,
+    Inference,
+}
+
+/// A job class: the profile every job of that class is predicted with.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobClass {
+    pub name: String,
+    pub kind: JobKind,
+    pub description: String,
+    /// Runtime alone on a whole reference GPU at its default clock.
+    pub reference_runtime_s: f64,
+    /// `a`: speed on type g relative to the reference is `(K_g / K_ref)^a`.
+    pub speed_exponent: f64,
+    /// `c`: the part of GPU time that stretches when the SM clock falls.
+    pub clock_bound_fraction: f64,
+    /// Dynamic power drawn alone at full clock, as a fraction of (max - idle).
+    pub power_util: f64,
+    /// How much it slows co-located jobs per unit of its busy share (0..=1).
+    pub mem_intensity: f64,
+    pub memory_gib: f64,
+    /// Training: the fraction of a GPU's SMs it keeps busy alone. Inference: the fraction of the
+    /// reference GPU's capacity (at its default clock) its request stream needs.
+    pub demand: f64,
+    /// Overrides the policy's slowdown bound for this class.
+    pub slowdown_bound: Option<f64>,
+}
+
+/// Model constants that are not per GPU type or per class.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ModelParams {
+    pub contention_kappa: f64,
+}
+
+/// One job on a GPU, as the model sees it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Tenant<'a> {
+    pub class: &'a JobClass,
+    pub share: SharePct,
+    /// Distinct users are time-sliced by MPS; only equality matters.
+    pub user: u32,
+}
+
+/// Predicted behaviour of one job at one operating point.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct JobPrediction {
+    pub runtime: Seconds,
+    /// `runtime` divided by the job's runtime alone on a whole GPU of this type at default clock.
+    pub slowdown: f64,
+    /// The share of the GPU's SMs this job keeps busy on average (0..=1).
+    pub busy: f64,
+    /// Power attributed to this job.
+    pub power: Watts,
+}
+
+impl JobPrediction {
+    pub fn energy(&self) -> Joules {
+        self.power * self.runtime
+    }
+}
+
+/// Predicted behaviour of one GPU and all its jobs at one SM clock.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GpuPrediction {
+    pub clock: Mhz,
+    pub power: Watts,
+    pub jobs: Vec<JobPrediction>,
+}
+
+impl GpuPrediction {
+    /// Energy per unit of normalised progress: GPU power divided by the summed rates at which the
+    /// jobs progress relative to running alone at the default clock. For one job this is its
+    /// energy divided by its alone-runtime, so minimising it minimises the job's energy.
+    pub fn energy_per_progress(&self) -> f64 {
+        let progress: f64 = self.jobs.iter().map(|j| 1.0 / j.slowdown).sum();
+        if progress > 0.0 {
+            self.power.0 / progress
+        } else {
+            f64::INFINITY
+        }
+    }
+}
+
+/// Speed of `class` on `gpu` relative to the reference GPU type.
+pub fn relative_speed(class: &JobClass, gpu: &GpuType, reference: &GpuType) -> f64 {
+    (gpu.relative_throughput / reference.relative_throughput).powf(class.speed_exponent)
+}
+
+/// How much the clock-bound part of the job stretches at clock `f` (1 at the default clock).
+fn clock_stretch(gpu: &GpuType, f: Mhz) -> f64 {
+    f64::from(gpu.default_sm_clock.0) / f64::from(f.0.max(1))
+}
+
+/// Time factor of the job's GPU work at clock `f` with `stretch` on its clock-bound part.
+fn time_factor(class: &JobClass, stretch: f64) -> f64 {
+    class.clock_bound_fraction * stretch + (1.0 - class.clock_bound_fraction)
+}
+
+/// The fraction of a whole GPU of this type (at its default clock) the job uses alone.
+pub fn need(class: &JobClass, gpu: &GpuType, reference: &GpuType) -> f64 {
+    match class.kind {
+        JobKind::Training => class.demand,
+        JobKind::Inference => class.demand / relative_speed(class, gpu, reference),
+    }
+}
+
+/// Runtime alone on a whole GPU of type `gpu` at its default clock: the yardstick of slowdown.
+pub fn alone_runtime(class: &JobClass, gpu: &GpuType, reference: &GpuType) -> Seconds {
+    match class.kind {
+        JobKind::Training => {
+            Seconds(class.reference_runtime_s / relative_speed(class, gpu, reference))
+        }
+        JobKind::Inference => {
+            Seconds(class.reference_runtime_s * need(class, gpu, reference).max(1.0))
+        }
+    }
+}
+
+/// The smallest share (a multiple of `step`) with which the job runs as fast as it can on this
+/// type at its default clock: what "auto" asks Slurm for when nothing else constrains it.
+pub fn full_speed_share(
+    class: &JobClass,
+    gpu: &GpuType,
+    reference: &GpuType,
+    step: u8,
+) -> SharePct {
+    round_up_share(need(class, gpu, reference), step)
+}
+
+/// Rounds a GPU fraction up to a multiple of `step` percent, within `step..=100`.
+pub fn round_up_share(fraction: f64, step: u8) -> SharePct {
+    let step = u32::from(step.clamp(1, 100));
+    let pct = (fraction.clamp(0.0, 1.0) * 100.0 - 1e-9).ceil().max(0.0);
+    // `pct` is within 0..=100 by the clamp, so the cast is exact.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    let pct = pct as u32;
+    let rounded = pct.div_ceil(step).max(1) * step;
+    let clamped = u8::try_from(rounded.min(100)).unwrap_or(100);
+    SharePct::new(clamped).unwrap_or(SharePct::FULL)
+}
+
+/// Predicts every job's runtime and the GPU's power with `tenants` sharing one GPU of type `gpu`
+/// at SM clock `f`, assuming the set of jobs stays as it is.
+pub fn predict(
+    gpu: &GpuType,
+    reference: &GpuType,
+    tenants: &[Tenant<'_>],
+    f: Mhz,
+    params: ModelParams,
+) -> GpuPrediction {
+    let stretch = clock_stretch(gpu, f);
+    // Nominal busy share of each job (before contention), which is what it imposes on the others.
+    let nominal_busy: Vec<f64> = tenants
+        .iter()
+        .map(|t| {
+            let s = t.share.fraction();
+            match t.class.kind {
+                JobKind::Training => s.min(t.class.demand),
+                JobKind::Inference => {
+                    let load = need(t.class, gpu, reference) * time_factor(t.class, stretch) / s;
+                    s * load.min(1.0)
+                }
+            }
+        })
+        .collect();
+    let total_pressure: f64 = tenants
+        .iter()
+        .zip(&nominal_busy)
+        .map(|(t, b)| t.class.mem_intensity * b)
+        .sum();
+    let users = distinct_users(tenants);
+
+    let mut draws = Vec::with_capacity(tenants.len());
+    let mut jobs = Vec::with_capacity(tenants.len());
+    for (t, &busy) in tenants.iter().zip(&nominal_busy) {
+        let own_pressure = t.class.mem_intensity * busy;
+        let contention = 1.0 + params.contention_kappa * (total_pressure - own_pressure).max(0.0);
+        let serial = users as f64;
+        let s = t.share.fraction();
+        let alone = alone_runtime(t.class, gpu, reference).0;
+        let (runtime, draw) = match t.class.kind {
+            JobKind::Training => {
+                let occupancy = t.class.demand;
+                let share_stretch = (occupancy / s).max(1.0);
+                let tf = time_factor(t.class, stretch * share_stretch);
+                let speed = relative_speed(t.class, gpu, reference);
+                let runtime = t.class.reference_runtime_s / speed * tf * contention * serial;
+                (runtime, t.class.power_util * (s / occupancy).min(1.0))
+            }
+            JobKind::Inference => {
+                let load = need(t.class, gpu, reference) * time_factor(t.class, stretch) / s
+                    * contention
+                    * serial;
+                let runtime = t.class.reference_runtime_s * load.max(1.0);
+                (runtime, t.class.power_util * s * load.min(1.0))
+            }
+        };
+        draws.push(draw);
+        jobs.push(JobPrediction {
+            runtime: Seconds(runtime),
+            slowdown: runtime / alone,
+            busy,
+            power: Watts(0.0),
+        });
+    }
+
+    let total_draw: f64 = draws.iter().sum();
+    let dynamic_range = gpu.max_power.0 - gpu.idle_power.0;
+    let dynamic = dynamic_range * total_draw.min(1.0) * gpu.dvfs_power_factor(f);
+    let total_share: f64 = tenants.iter().map(|t| t.share.fraction()).sum();
+    for ((job, t), draw) in jobs.iter_mut().zip(tenants).zip(&draws) {
+        let idle_part = if total_share > 0.0 {
+            gpu.idle_power.0 * t.share.fraction() / total_share
+        } else {
+            0.0
+        };
+        let dyn_part = if total_draw > 0.0 {
+            dynamic * draw / total_draw
+        } else {
+            0.0
+        };
+        job.power = Watts(idle_part + dyn_part);
+    }
+    GpuPrediction {
+        clock: f,
+        power: Watts(gpu.idle_power.0 + dynamic),
+        jobs,
+    }
+}
+
+fn distinct_users(tenants: &[Tenant<'_>]) -> usize {
+    let mut users: Vec<u32> = tenants.iter().map(|t| t.user).collect();
+    users.sort_unstable();
+    users.dedup();
+    users.len().max(1)
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    pub(crate) fn gpu(name: &str, k: f64, idle: f64, max: f64) -> GpuType {
+        GpuType {
+            name: name.into(),
+            description: String::new(),
+            aliases: vec![],
+            idle_power: Watts(idle),
+            max_power: Watts(max),
+            memory_gib: 32.0,
+            relative_throughput: k,
+            sm_clocks: (0..=80).map(|i| Mhz(210 + 15 * i)).collect(),
+            default_sm_clock: Mhz(1410),
+            dvfs_static_fraction: 0.3,
+            dvfs_exponent: 2.0,
+            mps: true,
+        }
+    }
+
+    pub(crate) fn training(name: &str) -> JobClass {
+        JobClass {
+            name: name.into(),
+            kind: JobKind::Training,
+            description: String::new(),
+            reference_runtime_s: 3600.0,
+            speed_exponent: 1.0,
+            clock_bound_fraction: 0.4,
+            power_util: 0.85,
+            mem_intensity: 0.8,
+            memory_gib: 10.0,
+            demand: 1.0,
+            slowdown_bound: None,
+        }
+    }
+
+    pub(crate) fn inference(name: &str, demand: f64) -> JobClass {
+        JobClass {
+            kind: JobKind::Inference,
+            reference_runtime_s: 1800.0,
+            speed_exponent: 0.3,
+            power_util: 0.7,
+            mem_intensity: 0.3,
+            memory_gib: 4.0,
+            demand,
+            ..training(name)
+        }
+    }
+
+    const P: ModelParams = ModelParams {
+        contention_kappa: 0.33,
+    };
+
+    fn alone<'a>(c: &'a JobClass, share: u8) -> [Tenant<'a>; 1] {
+        [Tenant {
+            class: c,
+            share: SharePct::new(share).expect("valid share"),
+            user: 1,
+        }]
+    }
+
+    #[test]
+    fn alone_at_default_clock_is_the_yardstick() {
+        let g = gpu("a100", 2.0, 50.0, 400.0);
+        let r = gpu("v100", 1.0, 30.0, 300.0);
+        let c = training("t");
+        let p = predict(&g, &r, &alone(&c, 100), g.default_sm_clock, P);
+        assert!((p.jobs[0].slowdown - 1.0).abs() < 1e-12);
+        assert!(
+            (p.jobs[0].runtime.0 - 1800.0).abs() < 1e-9,
+            "twice as fast as the reference"
+        );
+        // Busy power at default (= max) clock: idle + 0.85 of the dynamic range.
+        assert!((p.power.0 - (50.0 + 0.85 * 350.0)).abs() < 1e-9);
+        assert!(
+            (p.jobs[0].power.0 - p.power.0).abs() < 1e-9,
+            "one job carries all the power"
+        );
+    }
+
+    #[test]
+    fn lower_clock_is_slower_but_can_save_energy() {
+        let g = gpu("a100", 2.0, 50.0, 400.0);
+        let c = training("t");
+        let hi = predict(&g, &g, &alone(&c, 100), Mhz(1410), P);
+        let lo = predict(&g, &g, &alone(&c, 100), Mhz(1005), P);
+        assert!(lo.jobs[0].runtime > hi.jobs[0].runtime);
+        assert!(lo.power < hi.power);
+        assert!(
+            lo.jobs[0].energy() < hi.jobs[0].energy(),
+            "c = 0.4 leaves room for DVFS savings"
+        );
+    }
+
+    #[test]
+    fn inference_keeps_pace_until_its_share_saturates() {
+        let g = gpu("v100", 1.0, 30.0, 300.0);
+        let c = inference("i", 0.2);
+        let ok = predict(&g, &g, &alone(&c, 30), g.default_sm_clock, P);
+        assert!((ok.jobs[0].slowdown - 1.0).abs() < 1e-12);
+        assert!((ok.jobs[0].busy - 0.2).abs() < 1e-12);
+        let tight = predict(&g, &g, &alone(&c, 10), g.default_sm_clock, P);
+        assert!((tight.jobs[0].slowdown - 2.0).abs() < 1e-9);
+        assert_eq!(full_speed_share(&c, &g, &g, 5).get(), 20);
+    }
+
+    #[test]
+    fn co_located_jobs_slow_each_other_and_split_the_power() {
+        let g = gpu("v100", 1.0, 30.0, 300.0);
+        let c = training("t");
+        let two = [
+            Tenant {
+                class: &c,
+                share: SharePct::new(50).expect("50"),
+                user: 1,
+            },
+            Tenant {
+                class: &c,
+                share: SharePct::new(50).expect("50"),
+                user: 1,
+            },
+        ];
+        let p = predict(&g, &g, &two, g.default_sm_clock, P);
+        // Clock-bound part doubles (0.4 * 2 + 0.6 = 1.4), contention 1 + 0.33 * 0.8 * 0.5.
+        let expect = 1.4 * (1.0 + 0.33 * 0.4);
+        assert!((p.jobs[0].slowdown - expect).abs() < 1e-9);
+        let sum: f64 = p.jobs.iter().map(|j| j.power.0).sum();
+        assert!(
+            (sum - p.power.0).abs() < 1e-9,
+            "attribution adds up to the GPU's power"
+        );
+        let other_user = [two[0], Tenant { user: 2, ..two[1] }];
+        let q = predict(&g, &g, &other_user, g.default_sm_clock, P);
+        assert!(
+            (q.jobs[0].slowdown / p.jobs[0].slowdown - 2.0).abs() < 1e-9,
+            "MPS serialises users"
+        );
+    }
+
+    #[test]
+    fn share_rounding() {
+        assert_eq!(round_up_share(0.2, 5).get(), 20);
+        assert_eq!(round_up_share(0.201, 5).get(), 25);
+        assert_eq!(round_up_share(0.0, 10).get(), 10);
+        assert_eq!(round_up_share(3.0, 10).get(), 100);
+        assert_eq!(round_up_share(0.97, 7).get(), 98);
+    }
+}

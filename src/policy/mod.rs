@@ -1,0 +1,13 @@
+//! The heshare policy: placement of one job on the cluster, the sharing optimizer for the jobs on
+//! one GPU, and the bounded priority adjustment. Pure and deterministic: no I/O, no clock, no
+//! globals, so the Slurm plugin, the node helper and the simulator call the same functions.
+
+pub mod placement;
+pub mod priority;
+pub mod share;
+
+pub use placement::{
+    Candidate, ClusterView, Decision, EnergyPolicy, GpuSlot, JobRequest, PlacedJob, PlacementError,
+    Plan, ShareRequest, place,
+};
+pub use share::{ShareError, ShareJob, ShareParams, SharePlan, ShareSpec, optimize};

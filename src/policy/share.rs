@@ -1,0 +1,302 @@
+//! The sharing optimizer: for the jobs on one GPU, choose their MPS shares (where not fixed by
+//! Slurm already) and the SM clock that minimise energy per unit of progress while every job
+//! stays within its slowdown bound against running alone at the default clock.
+//!
+//! Shares are chosen first, at the default clock: a job asking for "auto" gets the share with
+//! which it runs at full speed, shrunk towards the least share that keeps its bound when the GPU
+//! is crowded. The clock is then searched over every supported step, so the default clock with
+//! the same shares is always a candidate and the result is never worse than it.
+
+use crate::model::{
+    GpuPrediction, GpuType, JobClass, ModelParams, Tenant, full_speed_share, predict,
+};
+use crate::units::{Mhz, SharePct};
+
+/// What a job's share on the GPU is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ShareSpec {
+    /// Already allocated (by Slurm, or asked for exactly by the user).
+    Fixed(SharePct),
+    /// To be chosen by the optimizer.
+    Auto,
+}
+
+/// One job handed to the optimizer.
+#[derive(Debug, Clone, Copy)]
+pub struct ShareJob<'a> {
+    pub class: &'a JobClass,
+    pub share: ShareSpec,
+    pub user: u32,
+    /// The slowdown this job tolerates (>= 1).
+    pub bound: f64,
+}
+
+/// The optimizer's answer for one GPU.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SharePlan {
+    pub shares: Vec<SharePct>,
+    pub clock: Mhz,
+    pub prediction: GpuPrediction,
+    /// The same shares at the GPU's default clock (what plain Slurm would run).
+    pub at_default_clock: GpuPrediction,
+}
+
+/// Why no operating point keeps every job within its bound.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ShareError {
+    #[error("no jobs to place")]
+    Empty,
+    #[error("shares add up to {0}% (> 100%)")]
+    OverCommitted(u32),
+    #[error(
+        "job {job} ({class}) would run {slowdown:.2}x slower than alone even at the fastest clock (bound {bound:.2}x)"
+    )]
+    BoundViolated {
+        job: usize,
+        class: String,
+        slowdown: f64,
+        bound: f64,
+    },
+}
+
+/// Tunables of the optimizer that come from the policy configuration.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ShareParams {
+    pub model: ModelParams,
+    pub share_step_pct: u8,
+}
+
+const BOUND_SLACK: f64 = 1e-9;
+
+/// Chooses shares and the SM clock for `jobs` on one GPU of type `gpu`.
+pub fn optimize(
+    gpu: &GpuType,
+    reference: &GpuType,
+    jobs: &[ShareJob<'_>],
+    params: ShareParams,
+) -> Result<SharePlan, ShareError> {
+    if jobs.is_empty() {
+        return Err(ShareError::Empty);
+    }
+    let shares = choose_shares(gpu, reference, jobs, params)?;
+    let tenants: Vec<Tenant<'_>> = jobs
+        .iter()
+        .zip(&shares)
+        .map(|(j, &share)| Tenant {
+            class: j.class,
+            share,
+            user: j.user,
+        })
+        .collect();
+    let within = |p: &GpuPrediction| {
+        p.jobs
+            .iter()
+            .zip(jobs)
+            .all(|(pj, j)| pj.slowdown <= j.bound + BOUND_SLACK)
+    };
+
+    let at_default = predict(gpu, reference, &tenants, gpu.default_sm_clock, params.model);
+    let mut best: Option<(f64, GpuPrediction)> = None;
+    // Higher clocks first so that, on equal energy, the faster clock wins.
+    for &f in gpu.sm_clocks.iter().rev() {
+        let p = predict(gpu, reference, &tenants, f, params.model);
+        if !within(&p) {
+            // Slowdowns only grow as the clock falls: every lower clock fails too.
+            break;
+        }
+        let j = p.energy_per_progress();
+        if best.as_ref().is_none_or(|(bj, _)| j < *bj) {
+            best = Some((j, p));
+        }
+    }
+    match best {
+        Some((_, prediction)) => Ok(SharePlan {
+            shares,
+            clock: prediction.clock,
+            prediction,
+            at_default_clock: at_default,
+        }),
+        None => {
+            let fastest = predict(gpu, reference, &tenants, gpu.max_clock(), params.model);
+            let (job, (pj, j)) = fastest
+                .jobs
+                .iter()
+                .zip(jobs)
+                .enumerate()
+                .max_by(|(_, (a, ja)), (_, (b, jb))| {
+                    (a.slowdown / ja.bound).total_cmp(&(b.slowdown / jb.bound))
+                })
+                .ok_or(ShareError::Empty)?;
+            Err(ShareError::BoundViolated {
+                job,
+                class: j.class.name.clone(),
+                slowdown: pj.slowdown,
+                bound: j.bound,
+            })
+        }
+    }
+}
+
+/// Fixed shares stay; auto shares start at full speed and shrink in steps (largest first, then
+/// the later job on ties) until everything fits in 100%, never below the least share that keeps
+/// the job's bound alone on this GPU at the default clock.
+fn choose_shares(
+    gpu: &GpuType,
+    reference: &GpuType,
+    jobs: &[ShareJob<'_>],
+    params: ShareParams,
+) -> Result<Vec<SharePct>, ShareError> {
+    let step = params.share_step_pct.max(1);
+    let mut shares = Vec::with_capacity(jobs.len());
+    let mut floors = Vec::with_capacity(jobs.len());
+    for j in jobs {
+        match j.share {
+            ShareSpec::Fixed(s) => {
+                shares.push(u32::from(s.get()));
+                floors.push(u32::from(s.get()));
+            }
+            ShareSpec::Auto => {
+                let full = u32::from(full_speed_share(j.class, gpu, reference, step).get());
+                shares.push(full);
+                floors.push(least_share_within_bound(gpu, reference, j, params, full));
+            }
+        }
+    }
+    let mut total: u32 = shares.iter().sum();
+    while total > 100 {
+        let candidate = (0..jobs.len())
+            .filter(|&i| shares[i] >= floors[i] + u32::from(step))
+            .max_by_key(|&i| (shares[i], i));
+        let Some(i) = candidate else {
+            return Err(ShareError::OverCommitted(floors.iter().sum()));
+        };
+        shares[i] -= u32::from(step);
+        total -= u32::from(step);
+    }
+    Ok(shares
+        .into_iter()
+        .map(|s| SharePct::new(u8::try_from(s).unwrap_or(100)).unwrap_or(SharePct::FULL))
+        .collect())
+}
+
+fn least_share_within_bound(
+    gpu: &GpuType,
+    reference: &GpuType,
+    job: &ShareJob<'_>,
+    params: ShareParams,
+    full: u32,
+) -> u32 {
+    let step = u32::from(params.share_step_pct.max(1));
+    let mut s = step;
+    while s < full {
+        let share = SharePct::new(u8::try_from(s).unwrap_or(100)).unwrap_or(SharePct::FULL);
+        let t = [Tenant {
+            class: job.class,
+            share,
+            user: job.user,
+        }];
+        let p = predict(gpu, reference, &t, gpu.default_sm_clock, params.model);
+        if p.jobs[0].slowdown <= job.bound + BOUND_SLACK {
+            return s;
+        }
+        s += step;
+    }
+    full
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::tests::{gpu, inference, training};
+
+    const PARAMS: ShareParams = ShareParams {
+        model: ModelParams {
+            contention_kappa: 0.33,
+        },
+        share_step_pct: 5,
+    };
+
+    fn job(class: &JobClass, share: ShareSpec) -> ShareJob<'_> {
+        ShareJob {
+            class,
+            share,
+            user: 1,
+            bound: 1.5,
+        }
+    }
+
+    #[test]
+    fn a_lone_training_job_is_clocked_down_within_its_bound() {
+        let g = gpu("v100", 1.0, 30.0, 300.0);
+        let c = training("t");
+        let plan = optimize(&g, &g, &[job(&c, ShareSpec::Auto)], PARAMS).expect("feasible");
+        assert_eq!(plan.shares, vec![SharePct::FULL]);
+        assert!(
+            plan.clock < g.default_sm_clock,
+            "c = 0.4 pays to clock down"
+        );
+        assert!(plan.prediction.jobs[0].slowdown <= 1.5);
+        assert!(plan.prediction.jobs[0].energy() <= plan.at_default_clock.jobs[0].energy());
+    }
+
+    #[test]
+    fn small_inference_jobs_get_small_shares_and_a_low_clock() {
+        let g = gpu("a100", 2.0, 50.0, 400.0);
+        let c = inference("i", 0.3);
+        let jobs = [job(&c, ShareSpec::Auto), job(&c, ShareSpec::Auto)];
+        let plan = optimize(&g, &g, &jobs, PARAMS).expect("feasible");
+        assert_eq!(plan.shares, vec![SharePct::new(30).expect("30"); 2]);
+        assert!(
+            plan.clock.0 < 1000,
+            "rate-bound jobs leave headroom to clock down: {}",
+            plan.clock
+        );
+        assert!(plan.prediction.jobs.iter().all(|j| j.slowdown <= 1.5));
+    }
+
+    #[test]
+    fn crowded_auto_shares_shrink_towards_their_floor() {
+        let g = gpu("v100", 1.0, 30.0, 300.0);
+        let t = training("t");
+        let jobs = [
+            job(&t, ShareSpec::Fixed(SharePct::new(60).expect("60"))),
+            job(&t, ShareSpec::Auto),
+        ];
+        match optimize(&g, &g, &jobs, PARAMS) {
+            Ok(plan) => assert_eq!(
+                plan.shares[0].get() as u32 + plan.shares[1].get() as u32,
+                100
+            ),
+            Err(e) => assert!(
+                matches!(
+                    e,
+                    ShareError::OverCommitted(_) | ShareError::BoundViolated { .. }
+                ),
+                "{e}"
+            ),
+        }
+        let over = [
+            job(&t, ShareSpec::Fixed(SharePct::new(60).expect("60"))),
+            job(&t, ShareSpec::Fixed(SharePct::new(50).expect("50"))),
+        ];
+        assert_eq!(
+            optimize(&g, &g, &over, PARAMS),
+            Err(ShareError::OverCommitted(110))
+        );
+    }
+
+    #[test]
+    fn an_impossible_bound_is_reported_with_the_job() {
+        let g = gpu("v100", 1.0, 30.0, 300.0);
+        let t = training("t");
+        let strict = ShareJob {
+            bound: 1.0,
+            ..job(&t, ShareSpec::Fixed(SharePct::new(50).expect("50")))
+        };
+        let err = optimize(&g, &g, &[strict], PARAMS).expect_err("half a GPU cannot keep pace");
+        assert!(
+            matches!(err, ShareError::BoundViolated { job: 0, .. }),
+            "{err}"
+        );
+    }
+}
