@@ -735,7 +735,10 @@ memory_gib = 8
         let bad = SMALL.replace("idle_power_w = 30", "idle_powr_w = 30");
         let errs = parse(&bad).expect_err("must fail");
         let msg = errs[0].to_string();
-        assert!(msg.starts_with("h.toml:13: gpu.v100"), "{msg}");
+        assert!(
+            msg.starts_with("h.toml:13: gpu.v100.idle_powr_w: "),
+            "{msg}"
+        );
         assert!(msg.contains("unknown field `idle_powr_w`"), "{msg}");
     }
 

@@ -1,0 +1,305 @@
+//! The `heshare` binary driven as a user would: plan on the shipped config, check-config on good
+//! and broken files, and the errors and exit codes of bad input.
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+const BIN: &str = env!("CARGO_BIN_EXE_heshare");
+
+fn repo(p: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(p)
+}
+
+fn heshare(args: &[&str]) -> Output {
+    Command::new(BIN)
+        .args(args)
+        .env_remove("HESHARE_CONFIG")
+        .output()
+        .expect("the heshare binary runs")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn plan_json(args: &[&str]) -> Value {
+    let cfg = repo("slurm-conf/heshare.toml");
+    let mut all = vec![
+        "plan",
+        "--config",
+        cfg.to_str().expect("utf-8 path"),
+        "--format",
+        "json",
+    ];
+    all.extend_from_slice(args);
+    let o = heshare(&all);
+    assert!(o.status.success(), "plan failed: {}", stderr(&o));
+    serde_json::from_slice(&o.stdout).expect("plan --format json prints JSON")
+}
+
+fn shipped_config_with(from: &str, to: &str) -> (tempfile::TempDir, PathBuf) {
+    let text = std::fs::read_to_string(repo("slurm-conf/heshare.toml")).expect("shipped config");
+    assert!(
+        text.contains(from),
+        "the shipped config no longer contains {from:?}"
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("heshare.toml");
+    std::fs::write(&path, text.replacen(from, to, 1)).expect("write");
+    (dir, path)
+}
+
+fn line_of(path: &Path, needle: &str) -> usize {
+    let text = std::fs::read_to_string(path).expect("read");
+    text.lines()
+        .position(|l| l.contains(needle))
+        .expect("needle present")
+        + 1
+}
+
+#[test]
+fn training_and_small_inference_get_different_explained_decisions() {
+    let train = plan_json(&["--class", "bert-train", "--gpus", "1", "--share", "auto"]);
+    let infer = plan_json(&["--class", "vit-infer", "--gpus", "1", "--share", "auto"]);
+    let (t, i) = (&train["decision"], &infer["decision"]);
+    assert_eq!(t["exclusive"], Value::Bool(true), "{t}");
+    assert_eq!(t["share_pct"], 100);
+    assert_eq!(i["exclusive"], Value::Bool(false), "{i}");
+    assert!(i["share_pct"].as_u64().expect("share") < 50, "{i}");
+    assert_ne!(
+        t["gpu_type"], i["gpu_type"],
+        "compute-bound training and small inference differ in type"
+    );
+    for d in [t, i] {
+        assert!(d["reason"].as_str().expect("reason").len() > 40, "{d}");
+    }
+    for plan in [&train, &infer] {
+        let cands = plan["candidates"].as_array().expect("candidates");
+        assert!(cands.len() >= 7, "every catalog type is a candidate");
+        for c in cands {
+            for field in [
+                "gpu_type",
+                "share_pct",
+                "sm_clock_mhz",
+                "predicted_runtime_s",
+                "predicted_energy_j",
+                "score",
+            ] {
+                assert!(!c[field].is_null(), "candidate lacks {field}: {c}");
+            }
+        }
+        let scores: Vec<f64> = cands
+            .iter()
+            .map(|c| c["score"].as_f64().expect("score"))
+            .collect();
+        assert!(
+            scores.windows(2).all(|w| w[0] >= w[1]),
+            "candidates are ranked: {scores:?}"
+        );
+    }
+}
+
+#[test]
+fn energy_policy_moves_the_decision() {
+    let fast = plan_json(&[
+        "--class",
+        "resnet50-train",
+        "--energy-policy",
+        "performance",
+    ]);
+    let green = plan_json(&["--class", "resnet50-train", "--energy-policy", "energy"]);
+    let rt = |v: &Value| {
+        v["decision"]["predicted_runtime_s"]
+            .as_f64()
+            .expect("runtime")
+    };
+    let en = |v: &Value| {
+        v["decision"]["predicted_energy_j"]
+            .as_f64()
+            .expect("energy")
+    };
+    assert!(rt(&fast) <= rt(&green));
+    assert!(en(&green) <= en(&fast));
+    assert_eq!(
+        fast["decision"]["sm_clock_mhz"], 1785,
+        "performance keeps the default clock: {}",
+        fast["decision"]
+    );
+}
+
+#[test]
+fn table_output_names_the_decision_and_the_config() {
+    let o = heshare(&["plan", "--class", "llm-infer"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(
+        out.contains("config: slurm-conf/heshare.toml (bundled)"),
+        "{out}"
+    );
+    assert!(
+        out.contains("decision: ") && out.contains("reason: "),
+        "{out}"
+    );
+}
+
+#[test]
+fn the_shipped_config_and_example_slurm_conf_check_clean() {
+    let cfg = repo("slurm-conf/heshare.toml");
+    let sc = repo("slurm-conf/slurm.conf.example");
+    let o = heshare(&[
+        "check-config",
+        "--config",
+        cfg.to_str().expect("utf-8"),
+        "--slurm-conf",
+        sc.to_str().expect("utf-8"),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("7 GPU types"), "{}", stdout(&o));
+}
+
+#[test]
+fn a_misspelt_field_fails_with_file_and_line() {
+    let (_dir, path) = shipped_config_with(
+        "idle_power_w = 50\nmax_power_w = 400\nmemory_gib = 40",
+        "idle_power_w = 50\nmax_powr_w = 400\nmemory_gib = 40",
+    );
+    let o = heshare(&["check-config", "--config", path.to_str().expect("utf-8")]);
+    assert_eq!(o.status.code(), Some(1));
+    let line = line_of(&path, "max_powr_w");
+    let err = stderr(&o);
+    assert!(
+        err.contains(&format!(
+            "{}:{line}: gpu.a100.max_powr_w: unknown field `max_powr_w`",
+            path.display()
+        )),
+        "{err}"
+    );
+}
+
+#[test]
+fn an_out_of_range_clock_fails_with_file_line_and_field() {
+    let (_dir, path) =
+        shipped_config_with("default_sm_clock_mhz = 1410", "default_sm_clock_mhz = 1420");
+    let o = heshare(&["check-config", "--config", path.to_str().expect("utf-8")]);
+    assert_eq!(o.status.code(), Some(1));
+    let line = line_of(&path, "default_sm_clock_mhz = 1420");
+    let err = stderr(&o);
+    assert!(err.contains(&format!("{}:{line}: gpu.a100.default_sm_clock_mhz: 1420 MHz is not a supported clock of a100 (210..=1410 MHz)", path.display())), "{err}");
+}
+
+#[test]
+fn slurm_conf_with_unknown_gpu_type_is_rejected_with_its_line() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sc = dir.path().join("slurm.conf");
+    std::fs::write(&sc, "GresTypes=gpu\nNodeName=g1 Gres=gpu:a100:4\nNodeName=g2 Gres=gpu:rtx4090:2 State=UNKNOWN\n").expect("write");
+    let o = heshare(&["check-config", "--slurm-conf", sc.to_str().expect("utf-8")]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains(&format!(
+            "{}:3: Gres: GPU type \"rtx4090\" is not in the catalog",
+            sc.display()
+        )),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn bad_requests_say_what_is_wrong() {
+    let o = heshare(&["plan", "--class", "no-such-class"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("unknown job class \"no-such-class\" (known: a3c-train, bert-train"),
+        "{}",
+        stderr(&o)
+    );
+
+    let o = heshare(&["plan", "--class", "bert-train", "--share", "0"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("\"0\" is not auto, exclusive or a percentage 1..=100"),
+        "{}",
+        stderr(&o)
+    );
+
+    let o = heshare(&["plan", "--class", "llm-infer", "--gpu-types", "t4,a40"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("unknown GPU type \"a40\""),
+        "{}",
+        stderr(&o)
+    );
+
+    let o = heshare(&[
+        "plan",
+        "--class",
+        "bert-train",
+        "--gpus",
+        "2",
+        "--share",
+        "30",
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("a share of one GPU needs exactly one GPU"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn a_job_given_as_json_is_read_and_checked() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let good = dir.path().join("job.json");
+    std::fs::write(
+        &good,
+        r#"{"class": "whisper-infer", "share": 40, "user": "alice", "gpu_types": ["T4", "a10"]}"#,
+    )
+    .expect("write");
+    let o = heshare(&[
+        "plan",
+        "--job",
+        good.to_str().expect("utf-8"),
+        "--format",
+        "json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert_eq!(v["decision"]["share_pct"], 40);
+    assert!(["t4", "a10"].contains(&v["decision"]["gpu_type"].as_str().expect("type")));
+
+    let bad = dir.path().join("bad.json");
+    std::fs::write(
+        &bad,
+        "{\n  \"class\": \"whisper-infer\",\n  \"gpu_count\": 2\n}",
+    )
+    .expect("write");
+    let o = heshare(&["plan", "--job", bad.to_str().expect("utf-8")]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains(&format!("{}:3:", bad.display()))
+            && stderr(&o).contains("unknown field `gpu_count`"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn heshare_config_environment_variable_is_honoured() {
+    let (_dir, path) = shipped_config_with("energy_weight = 0.5", "energy_weight = 7");
+    let o = Command::new(BIN)
+        .args(["plan", "--class", "bert-train"])
+        .env("HESHARE_CONFIG", &path)
+        .output()
+        .expect("runs");
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("policy.energy_weight: 7 is outside 0..=1"),
+        "{}",
+        stderr(&o)
+    );
+}
