@@ -10,6 +10,7 @@ pub mod cluster;
 pub mod config;
 pub mod model;
 pub mod policy;
+pub mod sim;
 pub mod units;
 
 /// The `SLURM_VERSION_NUMBER` of the headers this build found (e.g. `0x160508` for 22.05.8), or

@@ -1,0 +1,4 @@
+//! The what-if simulator: replays traces through the same policy code the Slurm plugin runs, next
+//! to faithful implementations of the schedulers people use today.
+
+pub mod trace;
