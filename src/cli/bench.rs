@@ -11,6 +11,7 @@ use crate::cluster::{OPENB_GPU_NODES, idle_view, parse_node_list};
 use crate::config::Config;
 use crate::model::{JobKind, full_speed_share};
 use crate::policy::{ClusterView, JobRequest, PlacedJob, ShareRequest, place};
+use crate::sim::rng::SplitMix;
 use crate::units::SharePct;
 use anyhow::{Context, Result};
 use std::hint::black_box;
@@ -33,28 +34,6 @@ pub struct BenchArgs {
     occupancy: f64,
     #[arg(long, default_value_t = 42)]
     seed: u64,
-}
-
-/// SplitMix64: a tiny, well-mixed seeded generator; the bench needs repeatability, not crypto.
-struct SplitMix(u64);
-
-impl SplitMix {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn unit(&mut self) -> f64 {
-        // 53 random mantissa bits: exact in f64.
-        #[allow(clippy::cast_precision_loss)]
-        let v = (self.next() >> 11) as f64 / (1u64 << 53) as f64;
-        v
-    }
-    fn below(&mut self, n: usize) -> usize {
-        usize::try_from(self.next() % u64::try_from(n.max(1)).unwrap_or(1)).unwrap_or(0)
-    }
 }
 
 /// Fills `view` to `occupancy`: a third of the busy GPUs hold one exclusive training job, the
@@ -155,7 +134,7 @@ pub fn run(out: &mut impl Write, cfg: &Config, args: &BenchArgs) -> Result<()> {
     };
     let nodes = parse_node_list(&text, Path::new(&label), cfg)?;
     let mut view = idle_view(&nodes);
-    let mut rng = SplitMix(args.seed);
+    let mut rng = SplitMix::new(args.seed);
     occupy(cfg, &mut view, args.occupancy.clamp(0.0, 1.0), &mut rng);
     let busy = view.gpus.iter().filter(|g| !g.jobs.is_empty()).count();
 

@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 mod bench;
+mod simulate;
 
 /// The configuration shipped in the repository, used when no other is found.
 pub const BUNDLED_CONFIG: &str = include_str!(concat!(
@@ -49,6 +50,8 @@ enum Command {
     Plan(PlanArgs),
     /// Measure decision latency on a cluster view the size of the Alibaba openb cluster.
     Bench(bench::BenchArgs),
+    /// Replay a trace through the schedulers and compare them.
+    Simulate(simulate::SimulateArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -148,6 +151,8 @@ pub fn main() -> ExitCode {
         Command::Bench(args) => {
             load_config(&args.config.config).and_then(|(cfg, _)| bench::run(&mut out, &cfg, &args))
         }
+        Command::Simulate(args) => load_config(&args.config.config)
+            .and_then(|(cfg, _)| simulate::run(&mut out, &cfg, &args)),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

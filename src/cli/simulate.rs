@@ -1,0 +1,258 @@
+//! `heshare simulate`: replay a trace through the schedulers and compare them.
+
+use super::ConfigArg;
+use crate::cluster::{OPENB_GPU_NODES, parse_node_list};
+use crate::config::Config;
+use crate::sim::packing::{self, LoadPoint, PackingPolicy, Pod, TypicalPods};
+use crate::sim::trace::{self, OPENB_DEFAULT_PODS, TraceFormat};
+use anyhow::{Context, Result, bail};
+use serde::Serialize;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+#[derive(clap::Args, Debug)]
+pub struct SimulateArgs {
+    #[command(flatten)]
+    pub config: ConfigArg,
+    /// placement: the FGD (ATC'23) allocation protocol, nothing finishes.
+    #[arg(long, value_enum, default_value_t = Mode::Placement)]
+    mode: Mode,
+    /// Trace file [default: the bundled openb default pod list].
+    #[arg(long, value_name = "FILE")]
+    trace: Option<PathBuf>,
+    #[arg(long, value_enum, default_value_t = TraceFormat::Openb)]
+    trace_format: TraceFormat,
+    /// Node list in the openb CSV form [default: the bundled openb GPU node list].
+    #[arg(long, value_name = "FILE")]
+    cluster: Option<PathBuf>,
+    /// Arrived GPU demand as a fraction of the cluster's GPUs.
+    #[arg(long, default_value_t = 1.0)]
+    load: f64,
+    /// Number of seeds (FGD's are 42, 43, ...).
+    #[arg(long, default_value_t = 10)]
+    seeds: u64,
+    /// Schedulers to compare, comma separated [default: all].
+    #[arg(long, value_enum, value_delimiter = ',')]
+    policies: Vec<PackingPolicy>,
+    /// Also write the results as JSON.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "lowercase")]
+enum Mode {
+    Placement,
+}
+
+/// The FGD paper's published medians over 10 seeds on the default openb pod list (allocation %
+/// at 100% and 130% arrived demand; fgd-atc23-results/fgd_results_summary.csv).
+const FGD_PUBLISHED: [(PackingPolicy, f64, f64); 6] = [
+    (PackingPolicy::Random, 86.25, 87.39),
+    (PackingPolicy::DotProd, 90.56, 90.80),
+    (PackingPolicy::GpuClustering, 91.58, 91.80),
+    (PackingPolicy::GpuPacking, 91.81, 92.06),
+    (PackingPolicy::BestFit, 92.91, 93.11),
+    (PackingPolicy::Fgd, 95.23, 95.40),
+];
+
+#[derive(Serialize)]
+struct PolicyResult {
+    policy: &'static str,
+    alloc_rate: f64,
+    alloc_rate_min: f64,
+    alloc_rate_max: f64,
+    gpu_power_kw: f64,
+    pods_failed: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    published_alloc_rate: Option<f64>,
+    per_seed: Vec<f64>,
+}
+
+#[derive(Serialize)]
+struct Output {
+    mode: Mode,
+    load: f64,
+    seeds: Vec<u64>,
+    trace: String,
+    cluster: String,
+    gpus: usize,
+    results: Vec<PolicyResult>,
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n == 0 {
+        f64::NAN
+    } else if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+pub fn run(out: &mut impl Write, cfg: &Config, args: &SimulateArgs) -> Result<()> {
+    if !(args.load > 0.0 && args.load <= 10.0) {
+        bail!("--load {} is outside (0, 10]", args.load);
+    }
+    if args.seeds == 0 {
+        bail!("--seeds must be at least 1");
+    }
+    let (node_text, cluster_label) = match &args.cluster {
+        Some(p) => (
+            std::fs::read_to_string(p).with_context(|| format!("{}: cannot read", p.display()))?,
+            p.display().to_string(),
+        ),
+        None => (
+            OPENB_GPU_NODES.to_owned(),
+            "openb GPU node list (bundled)".to_owned(),
+        ),
+    };
+    let nodes = parse_node_list(&node_text, Path::new(&cluster_label), cfg)?;
+    let (trace_text, trace_label) = match &args.trace {
+        Some(p) => (
+            std::fs::read_to_string(p).with_context(|| format!("{}: cannot read", p.display()))?,
+            p.display().to_string(),
+        ),
+        None => (
+            OPENB_DEFAULT_PODS.to_owned(),
+            "openb default pod list (bundled)".to_owned(),
+        ),
+    };
+    let jobs = trace::parse(&trace_text, args.trace_format, Path::new(&trace_label), cfg)?;
+    if jobs.is_empty() {
+        bail!("{trace_label}: the trace has no jobs");
+    }
+    let pods: Vec<Pod> = jobs.iter().map(Pod::from_trace).collect();
+    let typical = TypicalPods::from_pods(&pods);
+    let cluster = packing::cluster_nodes(&nodes);
+    let gpus: usize = cluster.iter().map(|n| n.gpu_left.len()).sum();
+    let policies: Vec<PackingPolicy> = if args.policies.is_empty() {
+        PackingPolicy::ALL.to_vec()
+    } else {
+        args.policies.clone()
+    };
+    let seeds: Vec<u64> = (0..args.seeds).map(|s| 42 + s).collect();
+    let bundled = args.trace.is_none() && args.cluster.is_none();
+
+    // Seeds are independent runs: spread them over the cores.
+    let threads = std::thread::available_parallelism()
+        .map_or(1, usize::from)
+        .max(1);
+    let mut results = Vec::new();
+    for &policy in &policies {
+        let mut points: Vec<(u64, LoadPoint)> = Vec::new();
+        for chunk in seeds.chunks(threads) {
+            let got: Vec<(u64, Option<LoadPoint>)> = std::thread::scope(|s| {
+                let handles: Vec<_> = chunk
+                    .iter()
+                    .map(|&seed| {
+                        let (cluster, pods, typical) = (&cluster, &pods, &typical);
+                        s.spawn(move || {
+                            (
+                                seed,
+                                packing::run(
+                                    cfg,
+                                    cluster,
+                                    pods,
+                                    typical,
+                                    policy,
+                                    seed,
+                                    &[args.load],
+                                )
+                                .pop(),
+                            )
+                        })
+                    })
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|h| h.join().unwrap_or((0, None)))
+                    .collect()
+            });
+            for (seed, p) in got {
+                let p = p.with_context(|| {
+                    format!(
+                        "{}: seed {seed} never reached load {}",
+                        policy.name(),
+                        args.load
+                    )
+                })?;
+                points.push((seed, p));
+            }
+        }
+        points.sort_by_key(|(s, _)| *s);
+        let per_seed: Vec<f64> = points.iter().map(|(_, p)| p.alloc_pct).collect();
+        let mut v = per_seed.clone();
+        let mut power: Vec<f64> = points.iter().map(|(_, p)| p.gpu_power_w / 1000.0).collect();
+        #[allow(clippy::cast_precision_loss)]
+        let mut failed: Vec<f64> = points.iter().map(|(_, p)| p.pods_failed as f64).collect();
+        let published = FGD_PUBLISHED
+            .iter()
+            .find(|(p, _, _)| *p == policy)
+            .and_then(|(_, at100, at130)| {
+                if !bundled {
+                    None
+                } else if (args.load - 1.0).abs() < 1e-9 {
+                    Some(*at100)
+                } else if (args.load - 1.3).abs() < 1e-9 {
+                    Some(*at130)
+                } else {
+                    None
+                }
+            });
+        results.push(PolicyResult {
+            policy: policy.name(),
+            alloc_rate: median(&mut v),
+            alloc_rate_min: v.first().copied().unwrap_or(f64::NAN),
+            alloc_rate_max: v.last().copied().unwrap_or(f64::NAN),
+            gpu_power_kw: median(&mut power),
+            pods_failed: median(&mut failed),
+            published_alloc_rate: published,
+            per_seed,
+        });
+    }
+
+    writeln!(
+        out,
+        "placement mode (FGD protocol): {trace_label} on {cluster_label}, {gpus} GPUs, load {:.2}, {} seeds",
+        args.load,
+        seeds.len()
+    )?;
+    writeln!(
+        out,
+        "{:<16} {:>12} {:>16} {:>12} {:>12} {:>14}",
+        "policy", "alloc % (med)", "min..max", "paper med", "GPU kW", "pods failed"
+    )?;
+    for r in &results {
+        let paper = r.published_alloc_rate.map_or("-".to_owned(), |p| {
+            format!("{p:.2} ({:+.2})", r.alloc_rate - p)
+        });
+        writeln!(
+            out,
+            "{:<16} {:>12.2} {:>7.2}..{:<7.2} {:>12} {:>12.1} {:>14.0}",
+            r.policy,
+            r.alloc_rate,
+            r.alloc_rate_min,
+            r.alloc_rate_max,
+            paper,
+            r.gpu_power_kw,
+            r.pods_failed
+        )?;
+    }
+    if let Some(path) = &args.json {
+        let o = Output {
+            mode: args.mode,
+            load: args.load,
+            seeds,
+            trace: trace_label,
+            cluster: cluster_label,
+            gpus,
+            results,
+        };
+        std::fs::write(path, serde_json::to_string_pretty(&o)? + "\n")
+            .with_context(|| format!("{}: cannot write", path.display()))?;
+    }
+    Ok(())
+}

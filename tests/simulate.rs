@@ -1,0 +1,74 @@
+//! The simulator's placement mode against the FGD paper's published medians (default openb pod
+//! list, 6212-GPU cluster): the replay must stay within one percentage point of them.
+
+use serde_json::Value;
+use std::process::Command;
+
+#[test]
+fn placement_mode_reproduces_fgd_and_bestfit_within_one_point() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let json = dir.path().join("placement.json");
+    let o = Command::new(env!("CARGO_BIN_EXE_heshare"))
+        .args([
+            "simulate",
+            "--mode",
+            "placement",
+            "--policies",
+            "bestfit,fgd,random",
+            "--seeds",
+            "3",
+            "--load",
+            "1.0",
+            "--json",
+        ])
+        .arg(&json)
+        .env_remove("HESHARE_CONFIG")
+        .output()
+        .expect("heshare runs");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&json).expect("json written"))
+        .expect("valid JSON");
+    assert_eq!(v["gpus"], 6212);
+    let results = v["results"].as_array().expect("results");
+    assert_eq!(results.len(), 3);
+    for r in results {
+        let got = r["alloc_rate"].as_f64().expect("alloc_rate");
+        let paper = r["published_alloc_rate"].as_f64().expect("published");
+        assert!(
+            (got - paper).abs() <= 1.0,
+            "{}: {got:.2}% vs published {paper:.2}%",
+            r["policy"]
+        );
+        assert_eq!(r["per_seed"].as_array().expect("per seed").len(), 3);
+    }
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        stdout.contains("fgd") && stdout.contains("paper med"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn bad_simulate_input_is_named() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let nodes = dir.path().join("nodes.csv");
+    std::fs::write(
+        &nodes,
+        "sn,cpu_milli,memory_mib,gpu,model\nn1,1000,1000,2,RTX9000\n",
+    )
+    .expect("write");
+    let o = Command::new(env!("CARGO_BIN_EXE_heshare"))
+        .args(["simulate", "--cluster"])
+        .arg(&nodes)
+        .output()
+        .expect("runs");
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains(&format!(
+            "{}:2: model: GPU model \"RTX9000\"",
+            nodes.display()
+        )),
+        "{err}"
+    );
+}
