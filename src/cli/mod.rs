@@ -15,6 +15,7 @@ use std::process::ExitCode;
 
 mod bench;
 mod simulate;
+mod simulate_time;
 
 /// The configuration shipped in the repository, used when no other is found.
 pub const BUNDLED_CONFIG: &str = include_str!(concat!(

@@ -14,34 +14,54 @@ use std::path::{Path, PathBuf};
 pub struct SimulateArgs {
     #[command(flatten)]
     pub config: ConfigArg,
-    /// placement: the FGD (ATC'23) allocation protocol, nothing finishes.
-    #[arg(long, value_enum, default_value_t = Mode::Placement)]
-    mode: Mode,
+    /// time: jobs arrive (Poisson), run, share and finish, with energy over time; placement: the
+    /// FGD (ATC'23) allocation protocol, nothing finishes.
+    #[arg(long, value_enum, default_value_t = Mode::Time)]
+    pub(super) mode: Mode,
     /// Trace file [default: the bundled openb default pod list].
     #[arg(long, value_name = "FILE")]
-    trace: Option<PathBuf>,
+    pub(super) trace: Option<PathBuf>,
     #[arg(long, value_enum, default_value_t = TraceFormat::Openb)]
-    trace_format: TraceFormat,
+    pub(super) trace_format: TraceFormat,
     /// Node list in the openb CSV form [default: the bundled openb GPU node list].
     #[arg(long, value_name = "FILE")]
-    cluster: Option<PathBuf>,
+    pub(super) cluster: Option<PathBuf>,
     /// Arrived GPU demand as a fraction of the cluster's GPUs.
     #[arg(long, default_value_t = 1.0)]
-    load: f64,
-    /// Number of seeds (FGD's are 42, 43, ...).
-    #[arg(long, default_value_t = 10)]
-    seeds: u64,
-    /// Schedulers to compare, comma separated [default: all].
-    #[arg(long, value_enum, value_delimiter = ',')]
-    policies: Vec<PackingPolicy>,
+    pub(super) load: f64,
+    /// Number of seeds (42, 43, ... as FGD's) [default: 10 in placement mode, 3 in time mode].
+    #[arg(long)]
+    pub(super) seeds: Option<u64>,
+    /// Schedulers to compare, comma separated [default: all of the mode's]. Time mode:
+    /// slurm-exclusive, slurm-mps, fgd, fgd-pwr, gavel, zeus, heshare. Placement mode: random,
+    /// dotprod, gpu-clustering, gpu-packing, bestfit, fgd.
+    #[arg(long, value_delimiter = ',')]
+    pub(super) policies: Vec<String>,
+    /// Time mode: fraction of the node list's nodes kept (per GPU model, at least one each).
+    #[arg(long, default_value_t = 0.05)]
+    pub(super) scale: f64,
+    /// Time mode: jobs per run.
+    #[arg(long, default_value_t = 20_000)]
+    pub(super) jobs: usize,
+    /// Time mode: trace durations are cut to this many seconds (the openb tail reaches 145 days).
+    #[arg(long, default_value_t = 172_800.0)]
+    pub(super) max_duration: f64,
+    /// Time mode: users the jobs are spread over.
+    #[arg(long, default_value_t = 20)]
+    pub(super) users: u32,
+    /// Time mode: idle nodes power down after this many seconds when power saving is on (Slurm's
+    /// SuspendTime); both energies are reported.
+    #[arg(long, default_value_t = 600.0)]
+    pub(super) suspend_time: f64,
     /// Also write the results as JSON.
     #[arg(long, value_name = "FILE")]
-    json: Option<PathBuf>,
+    pub(super) json: Option<PathBuf>,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "lowercase")]
-enum Mode {
+pub(super) enum Mode {
+    Time,
     Placement,
 }
 
@@ -80,7 +100,7 @@ struct Output {
     results: Vec<PolicyResult>,
 }
 
-fn median(v: &mut [f64]) -> f64 {
+pub(super) fn median(v: &mut [f64]) -> f64 {
     v.sort_by(f64::total_cmp);
     let n = v.len();
     if n == 0 {
@@ -96,9 +116,25 @@ pub fn run(out: &mut impl Write, cfg: &Config, args: &SimulateArgs) -> Result<()
     if !(args.load > 0.0 && args.load <= 10.0) {
         bail!("--load {} is outside (0, 10]", args.load);
     }
-    if args.seeds == 0 {
+    if args.seeds == Some(0) {
         bail!("--seeds must be at least 1");
     }
+    match args.mode {
+        Mode::Placement => run_placement(out, cfg, args),
+        Mode::Time => super::simulate_time::run(out, cfg, args),
+    }
+}
+
+/// The node list and trace the arguments name, or the bundled ones.
+pub(super) fn inputs(
+    cfg: &Config,
+    args: &SimulateArgs,
+) -> Result<(
+    Vec<crate::cluster::Node>,
+    String,
+    Vec<crate::sim::trace::TraceJob>,
+    String,
+)> {
     let (node_text, cluster_label) = match &args.cluster {
         Some(p) => (
             std::fs::read_to_string(p).with_context(|| format!("{}: cannot read", p.display()))?,
@@ -124,6 +160,11 @@ pub fn run(out: &mut impl Write, cfg: &Config, args: &SimulateArgs) -> Result<()
     if jobs.is_empty() {
         bail!("{trace_label}: the trace has no jobs");
     }
+    Ok((nodes, cluster_label, jobs, trace_label))
+}
+
+fn run_placement(out: &mut impl Write, cfg: &Config, args: &SimulateArgs) -> Result<()> {
+    let (nodes, cluster_label, jobs, trace_label) = inputs(cfg, args)?;
     let pods: Vec<Pod> = jobs.iter().map(Pod::from_trace).collect();
     let typical = TypicalPods::from_pods(&pods);
     let cluster = packing::cluster_nodes(&nodes);
@@ -131,9 +172,19 @@ pub fn run(out: &mut impl Write, cfg: &Config, args: &SimulateArgs) -> Result<()
     let policies: Vec<PackingPolicy> = if args.policies.is_empty() {
         PackingPolicy::ALL.to_vec()
     } else {
-        args.policies.clone()
+        args.policies
+            .iter()
+            .map(|n| {
+                <PackingPolicy as clap::ValueEnum>::from_str(n, true).map_err(|_| {
+                    anyhow::anyhow!(
+                        "unknown placement-mode policy \"{n}\" (known: {})",
+                        PackingPolicy::ALL.map(PackingPolicy::name).join(", ")
+                    )
+                })
+            })
+            .collect::<Result<_>>()?
     };
-    let seeds: Vec<u64> = (0..args.seeds).map(|s| 42 + s).collect();
+    let seeds: Vec<u64> = (0..args.seeds.unwrap_or(10)).map(|s| 42 + s).collect();
     let bundled = args.trace.is_none() && args.cluster.is_none();
 
     // Seeds are independent runs: spread them over the cores.

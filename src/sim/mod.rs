@@ -1,6 +1,8 @@
 //! The what-if simulator: replays traces through the same policy code the Slurm plugin runs, next
 //! to faithful implementations of the schedulers people use today.
 
+pub mod engine;
 pub mod packing;
 pub mod rng;
+pub mod schedulers;
 pub mod trace;

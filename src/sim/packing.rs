@@ -160,7 +160,7 @@ impl NodeRes {
     }
 
     /// Takes `pod` on `gpus` (indices; empty for CPU-only pods).
-    fn take(&mut self, pod: &Pod, gpus: &[usize]) {
+    pub fn take(&mut self, pod: &Pod, gpus: &[usize]) {
         self.cpu_left -= pod.cpu_milli;
         self.memory_left -= pod.memory_mib;
         for &g in gpus {
@@ -168,6 +168,18 @@ impl NodeRes {
         }
         if let Some(t) = pod.tag() {
             self.tags[t] += 1;
+        }
+    }
+
+    /// Gives back what `take` took.
+    pub fn release(&mut self, pod: &Pod, gpus: &[usize]) {
+        self.cpu_left += pod.cpu_milli;
+        self.memory_left += pod.memory_mib;
+        for &g in gpus {
+            self.gpu_left[g] = (self.gpu_left[g] + pod.gpu_milli).min(MILLI);
+        }
+        if let Some(t) = pod.tag() {
+            self.tags[t] = self.tags[t].saturating_sub(1);
         }
     }
 
@@ -246,12 +258,20 @@ impl TypicalPods {
     }
 }
 
-struct Scorer<'a> {
+/// FGD's scorer with its fragmentation memo (identical nodes share one computation).
+pub struct Scorer<'a> {
     typical: &'a TypicalPods,
     frag_memo: HashMap<(Option<usize>, i64, u128), f64>,
 }
 
-impl Scorer<'_> {
+impl<'a> Scorer<'a> {
+    pub fn new(typical: &'a TypicalPods) -> Scorer<'a> {
+        Scorer {
+            typical,
+            frag_memo: HashMap::new(),
+        }
+    }
+
     fn frag(&mut self, node: &NodeRes) -> f64 {
         let key = node.frag_key();
         if let Some(&v) = self.frag_memo.get(&key) {
@@ -283,7 +303,8 @@ impl Scorer<'_> {
         }
     }
 
-    fn fgd(&mut self, node: &NodeRes, pod: &Pod) -> (i64, Vec<usize>) {
+    /// FGD's node score for `pod` (0..=100, higher is better) and the GPUs it would take.
+    pub fn fgd(&mut self, node: &NodeRes, pod: &Pod) -> (i64, Vec<usize>) {
         let before = self.frag(node);
         let score = |after: f64| sigmoid_score((before - after) / 1000.0);
         if pod.num_gpus == 1 && pod.gpu_milli < MILLI {
@@ -322,7 +343,7 @@ fn sigmoid_score(x: f64) -> i64 {
 }
 
 /// The first `num_gpus` wholly free GPUs, for whole-GPU pods (FGD's `AllocateExclusiveGpuId`).
-fn exclusive_gpus(node: &NodeRes, pod: &Pod) -> Vec<usize> {
+pub fn exclusive_gpus(node: &NodeRes, pod: &Pod) -> Vec<usize> {
     if pod.num_gpus == 0 {
         return vec![];
     }

@@ -1,0 +1,160 @@
+//! FGD (Weng et al., USENIX ATC'23) and FGD with PWR (Lettich et al., CCGrid'25), with the same
+//! scores as in placement mode (`sim::packing`), over the live cluster.
+//! * `fgd`: the node and GPU that least increase fragmentation against the trace's typical pods.
+//! * `fgd-pwr`: PWR's power score (the fall in node GPU power, PWR's step model: a GPU with any
+//!   allocation draws full power, an idle one idle power), min-max normalised to 0..=100 over the
+//!   feasible nodes as PWR's NormalizeScore does, added with equal weight to FGD's score.
+//!
+//! Default clocks; shares at the requested percentage; first best node in node order.
+
+use super::{Placement, Scheduler, is_share, trace_share};
+use crate::sim::engine::State;
+use crate::sim::packing::{NodeRes, Pod, Scorer, TypicalPods};
+use crate::units::SharePct;
+
+pub struct Fgd<'a> {
+    scorer: Scorer<'a>,
+}
+
+impl<'a> Fgd<'a> {
+    pub fn new(typical: &'a TypicalPods) -> Fgd<'a> {
+        Fgd {
+            scorer: Scorer::new(typical),
+        }
+    }
+}
+
+/// The pod as FGD sees it: the share rounded to whole percents, as Slurm would allocate it.
+fn pod_of(st: &State<'_>, j: usize) -> Pod {
+    let job = &st.jobs[j];
+    let mut pod = job.pod.clone();
+    pod.gpu_milli = if is_share(job) {
+        u32::from(trace_share(job).get()) * 10
+    } else {
+        1000
+    };
+    pod
+}
+
+fn placement(st: &State<'_>, j: usize, node: usize, local: &[usize]) -> Placement {
+    let job = &st.jobs[j];
+    let gpus = local.iter().map(|&l| st.nodes[node].gpus[l]).collect();
+    if is_share(job) {
+        Placement {
+            gpus,
+            share: trace_share(job),
+            exclusive: false,
+        }
+    } else {
+        Placement {
+            gpus,
+            share: SharePct::FULL,
+            exclusive: true,
+        }
+    }
+}
+
+fn mps_ok(st: &State<'_>, node: usize, pod: &Pod) -> bool {
+    pod.gpu_milli >= 1000
+        || st
+            .cfg
+            .gpu_types
+            .get(st.nodes[node].res.gpu_type.unwrap_or(usize::MAX))
+            .is_some_and(|g| g.mps)
+}
+
+impl Scheduler for Fgd<'_> {
+    fn name(&self) -> &'static str {
+        "fgd"
+    }
+    fn place(&mut self, st: &State<'_>, j: usize) -> Option<Placement> {
+        let pod = pod_of(st, j);
+        let mut best: Option<(i64, usize, Vec<usize>)> = None;
+        for n in 0..st.nodes.len() {
+            let res = &st.nodes[n].res;
+            if !res.fits(&pod) || !mps_ok(st, n, &pod) {
+                continue;
+            }
+            let (s, gpus) = self.scorer.fgd(res, &pod);
+            if best.as_ref().is_none_or(|(b, _, _)| s > *b) {
+                best = Some((s, n, gpus));
+            }
+        }
+        best.map(|(_, n, gpus)| placement(st, j, n, &gpus))
+    }
+}
+
+pub struct FgdPwr<'a> {
+    scorer: Scorer<'a>,
+}
+
+impl<'a> FgdPwr<'a> {
+    pub fn new(typical: &'a TypicalPods) -> FgdPwr<'a> {
+        FgdPwr {
+            scorer: Scorer::new(typical),
+        }
+    }
+}
+
+/// PWR's GPU step power of a node in watts.
+fn node_gpu_power(st: &State<'_>, res: &NodeRes) -> f64 {
+    let Some(t) = res.gpu_type else { return 0.0 };
+    let g = &st.cfg.gpu_types[t];
+    res.gpu_left
+        .iter()
+        .map(|&l| {
+            if l < 1000 {
+                g.max_power.0
+            } else {
+                g.idle_power.0
+            }
+        })
+        .sum()
+}
+
+impl Scheduler for FgdPwr<'_> {
+    fn name(&self) -> &'static str {
+        "fgd-pwr"
+    }
+    fn place(&mut self, st: &State<'_>, j: usize) -> Option<Placement> {
+        let pod = pod_of(st, j);
+        // (node, fgd score, pwr raw score, gpus)
+        let mut cands: Vec<(usize, i64, f64, Vec<usize>)> = Vec::new();
+        for n in 0..st.nodes.len() {
+            let res = &st.nodes[n].res;
+            if !res.fits(&pod) || !mps_ok(st, n, &pod) {
+                continue;
+            }
+            let (fgd, gpus) = self.scorer.fgd(res, &pod);
+            let mut after = res.clone();
+            after.take(&pod, &gpus);
+            cands.push((
+                n,
+                fgd,
+                node_gpu_power(st, res) - node_gpu_power(st, &after),
+                gpus,
+            ));
+        }
+        let (lo, hi) = cands
+            .iter()
+            .fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), c| {
+                (l.min(c.2), h.max(c.2))
+            });
+        let norm = |p: f64| {
+            if hi > lo {
+                ((p - lo) * 100.0 / (hi - lo)).floor()
+            } else {
+                100.0
+            }
+        };
+        let mut best: Option<(f64, usize)> = None;
+        for (k, c) in cands.iter().enumerate() {
+            #[allow(clippy::cast_precision_loss)]
+            let s = 0.5 * c.1 as f64 + 0.5 * norm(c.2);
+            if best.is_none_or(|(b, _)| s > b) {
+                best = Some((s, k));
+            }
+        }
+        best.map(|(_, k)| placement(st, j, cands[k].0, &cands[k].3))
+    }
+}

@@ -1,0 +1,41 @@
+//! Zeus (You, Chung, Chowdhury, NSDI'23): each job alone on its GPU at the operating point that
+//! minimises Zeus's energy-time cost `eta * E + (1 - eta) * MaxPower * T` (its default
+//! `eta_knob` = 0.5), here over the GPU's supported SM clocks. Placement as plain Slurm: whole
+//! GPUs, first fit.
+
+use super::{Placement, Scheduler, first_fit_whole};
+use crate::sim::engine::State;
+use crate::units::Mhz;
+
+pub struct Zeus {
+    pub eta: f64,
+}
+
+impl Default for Zeus {
+    fn default() -> Zeus {
+        Zeus { eta: 0.5 }
+    }
+}
+
+impl Scheduler for Zeus {
+    fn name(&self) -> &'static str {
+        "zeus"
+    }
+    fn place(&mut self, st: &State<'_>, j: usize) -> Option<Placement> {
+        first_fit_whole(st, &st.jobs[j])
+    }
+    fn clock(&mut self, st: &State<'_>, gpu: usize) -> Mhz {
+        let gt = &st.cfg.gpu_types[st.gpus[gpu].gpu_type];
+        let mut best = (f64::INFINITY, gt.default_sm_clock);
+        for &f in &gt.sm_clocks {
+            let p = st.predict_gpu(gpu, f);
+            // Cost per unit of work: every job on the GPU advances at 1/runtime.
+            let t: f64 = p.jobs.iter().map(|j| j.runtime.0).fold(0.0, f64::max);
+            let cost = self.eta * p.power.0 * t + (1.0 - self.eta) * gt.max_power.0 * t;
+            if cost < best.0 {
+                best = (cost, f);
+            }
+        }
+        best.1
+    }
+}
