@@ -10,6 +10,7 @@ pub mod cluster;
 pub mod config;
 pub mod model;
 pub mod policy;
+pub mod report;
 pub mod sim;
 pub mod units;
 

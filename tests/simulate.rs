@@ -72,3 +72,80 @@ fn bad_simulate_input_is_named() {
         "{err}"
     );
 }
+
+#[test]
+fn time_mode_compares_all_seven_schedulers_and_writes_json_and_svg() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (json, svg) = (dir.path().join("time.json"), dir.path().join("time.svg"));
+    let o = Command::new(env!("CARGO_BIN_EXE_heshare"))
+        .args([
+            "simulate", "--jobs", "400", "--seeds", "2", "--scale", "0.02", "--load", "0.7",
+            "--json",
+        ])
+        .arg(&json)
+        .arg("--plot")
+        .arg(&svg)
+        .env_remove("HESHARE_CONFIG")
+        .output()
+        .expect("heshare runs");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("json")).expect("valid JSON");
+    assert_eq!(v["mode"], "time");
+    assert_eq!(v["seeds"].as_array().expect("seeds").len(), 2);
+    let results = v["results"].as_array().expect("results");
+    let names: Vec<&str> = results
+        .iter()
+        .map(|r| r["policy"].as_str().expect("policy"))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "slurm-exclusive",
+            "slurm-mps",
+            "fgd",
+            "fgd-pwr",
+            "gavel",
+            "zeus",
+            "heshare"
+        ]
+    );
+    let bound = v["energy_lower_bound_kwh"].as_f64().expect("bound");
+    for r in results {
+        for f in [
+            "energy_kwh",
+            "energy_per_job_kj",
+            "mean_jct_s",
+            "p99_jct_s",
+            "alloc_rate",
+            "violations",
+        ] {
+            assert!(!r[f].is_null(), "{f} missing in {r}");
+        }
+        assert!(r["energy_kwh"].as_f64().expect("energy") >= bound, "{r}");
+    }
+    let heshare = &results[6];
+    assert_eq!(
+        heshare["violations"], 0,
+        "heshare keeps every job within its bound"
+    );
+    let chart = std::fs::read_to_string(&svg).expect("svg");
+    assert!(chart.starts_with("<svg") && chart.contains("heshare"));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(stdout.contains("heshare vs best baseline"), "{stdout}");
+}
+
+#[test]
+fn unknown_policies_list_the_known_ones() {
+    let o = Command::new(env!("CARGO_BIN_EXE_heshare"))
+        .args(["simulate", "--policies", "slurm,heshare", "--jobs", "10"])
+        .output()
+        .expect("runs");
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&o.stderr)
+            .contains("unknown time-mode policy \"slurm\" (known: slurm-exclusive, slurm-mps"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}

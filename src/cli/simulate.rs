@@ -26,9 +26,10 @@ pub struct SimulateArgs {
     /// Node list in the openb CSV form [default: the bundled openb GPU node list].
     #[arg(long, value_name = "FILE")]
     pub(super) cluster: Option<PathBuf>,
-    /// Arrived GPU demand as a fraction of the cluster's GPUs.
-    #[arg(long, default_value_t = 1.0)]
-    pub(super) load: f64,
+    /// Offered GPU load as a fraction of the cluster's GPUs [default: 0.7 in time mode; 1.0 in
+    /// placement mode, the arrived demand at which FGD reports].
+    #[arg(long)]
+    pub(super) load: Option<f64>,
     /// Number of seeds (42, 43, ... as FGD's) [default: 10 in placement mode, 3 in time mode].
     #[arg(long)]
     pub(super) seeds: Option<u64>,
@@ -56,6 +57,9 @@ pub struct SimulateArgs {
     /// Also write the results as JSON.
     #[arg(long, value_name = "FILE")]
     pub(super) json: Option<PathBuf>,
+    /// Also draw the results as an SVG chart.
+    #[arg(long, value_name = "FILE.svg")]
+    pub(super) plot: Option<PathBuf>,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Serialize)]
@@ -113,15 +117,19 @@ pub(super) fn median(v: &mut [f64]) -> f64 {
 }
 
 pub fn run(out: &mut impl Write, cfg: &Config, args: &SimulateArgs) -> Result<()> {
-    if !(args.load > 0.0 && args.load <= 10.0) {
-        bail!("--load {} is outside (0, 10]", args.load);
+    let load = args.load.unwrap_or(match args.mode {
+        Mode::Time => 0.7,
+        Mode::Placement => 1.0,
+    });
+    if !(load > 0.0 && load <= 10.0) {
+        bail!("--load {load} is outside (0, 10]");
     }
     if args.seeds == Some(0) {
         bail!("--seeds must be at least 1");
     }
     match args.mode {
-        Mode::Placement => run_placement(out, cfg, args),
-        Mode::Time => super::simulate_time::run(out, cfg, args),
+        Mode::Placement => run_placement(out, cfg, args, load),
+        Mode::Time => super::simulate_time::run(out, cfg, args, load),
     }
 }
 
@@ -163,7 +171,7 @@ pub(super) fn inputs(
     Ok((nodes, cluster_label, jobs, trace_label))
 }
 
-fn run_placement(out: &mut impl Write, cfg: &Config, args: &SimulateArgs) -> Result<()> {
+fn run_placement(out: &mut impl Write, cfg: &Config, args: &SimulateArgs, load: f64) -> Result<()> {
     let (nodes, cluster_label, jobs, trace_label) = inputs(cfg, args)?;
     let pods: Vec<Pod> = jobs.iter().map(Pod::from_trace).collect();
     let typical = TypicalPods::from_pods(&pods);
@@ -203,16 +211,8 @@ fn run_placement(out: &mut impl Write, cfg: &Config, args: &SimulateArgs) -> Res
                         s.spawn(move || {
                             (
                                 seed,
-                                packing::run(
-                                    cfg,
-                                    cluster,
-                                    pods,
-                                    typical,
-                                    policy,
-                                    seed,
-                                    &[args.load],
-                                )
-                                .pop(),
+                                packing::run(cfg, cluster, pods, typical, policy, seed, &[load])
+                                    .pop(),
                             )
                         })
                     })
@@ -224,11 +224,7 @@ fn run_placement(out: &mut impl Write, cfg: &Config, args: &SimulateArgs) -> Res
             });
             for (seed, p) in got {
                 let p = p.with_context(|| {
-                    format!(
-                        "{}: seed {seed} never reached load {}",
-                        policy.name(),
-                        args.load
-                    )
+                    format!("{}: seed {seed} never reached load {}", policy.name(), load)
                 })?;
                 points.push((seed, p));
             }
@@ -245,9 +241,9 @@ fn run_placement(out: &mut impl Write, cfg: &Config, args: &SimulateArgs) -> Res
             .and_then(|(_, at100, at130)| {
                 if !bundled {
                     None
-                } else if (args.load - 1.0).abs() < 1e-9 {
+                } else if (load - 1.0).abs() < 1e-9 {
                     Some(*at100)
-                } else if (args.load - 1.3).abs() < 1e-9 {
+                } else if (load - 1.3).abs() < 1e-9 {
                     Some(*at130)
                 } else {
                     None
@@ -268,7 +264,7 @@ fn run_placement(out: &mut impl Write, cfg: &Config, args: &SimulateArgs) -> Res
     writeln!(
         out,
         "placement mode (FGD protocol): {trace_label} on {cluster_label}, {gpus} GPUs, load {:.2}, {} seeds",
-        args.load,
+        load,
         seeds.len()
     )?;
     writeln!(
@@ -295,7 +291,7 @@ fn run_placement(out: &mut impl Write, cfg: &Config, args: &SimulateArgs) -> Res
     if let Some(path) = &args.json {
         let o = Output {
             mode: args.mode,
-            load: args.load,
+            load,
             seeds,
             trace: trace_label,
             cluster: cluster_label,

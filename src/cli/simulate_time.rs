@@ -75,7 +75,7 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[i.min(sorted.len() - 1)]
 }
 
-pub fn run(out: &mut impl Write, cfg: &Config, args: &SimulateArgs) -> Result<()> {
+pub fn run(out: &mut impl Write, cfg: &Config, args: &SimulateArgs, load: f64) -> Result<()> {
     if !(args.scale > 0.0 && args.scale <= 1.0) {
         bail!("--scale {} is outside (0, 1]", args.scale);
     }
@@ -110,16 +110,25 @@ pub fn run(out: &mut impl Write, cfg: &Config, args: &SimulateArgs) -> Result<()
     let threads = std::thread::available_parallelism()
         .map_or(1, usize::from)
         .max(1);
+    // Drawn on stderr, and only when it is a terminal.
+    let bar = indicatif::ProgressBar::new((tasks.len() * args.jobs) as u64);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{elapsed_precise} [{bar:40}] {pos}/{len} jobs finished ({per_sec}, eta {eta})",
+        )
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
     let mut results: Vec<(usize, u64, RunMetrics)> = Vec::new();
     for chunk in tasks.chunks(threads) {
         let got: Vec<Result<(usize, u64, RunMetrics)>> = std::thread::scope(|s| {
             let handles: Vec<_> = chunk
                 .iter()
                 .map(|&(p, seed)| {
-                    let (nodes, trace, typical, name) = (&nodes, &trace, &typical, &names[p]);
+                    let (nodes, trace, typical, name, bar) =
+                        (&nodes, &trace, &typical, &names[p], &bar);
                     s.spawn(move || -> Result<(usize, u64, RunMetrics)> {
                         let wl = WorkloadParams {
-                            load: args.load,
+                            load,
                             jobs: args.jobs,
                             max_duration_s: args.max_duration,
                             users: args.users,
@@ -129,7 +138,8 @@ pub fn run(out: &mut impl Write, cfg: &Config, args: &SimulateArgs) -> Result<()
                         let mut st = engine::build_state(cfg, nodes, jobs);
                         let mut sched =
                             schedulers::by_name(name, &st, typical).map_err(|e| anyhow!(e))?;
-                        let m = engine::run(&mut st, sched.as_mut(), args.suspend_time, |_| {});
+                        let m =
+                            engine::run(&mut st, sched.as_mut(), args.suspend_time, |_| bar.inc(1));
                         Ok((p, seed, m))
                     })
                 })
@@ -148,6 +158,7 @@ pub fn run(out: &mut impl Write, cfg: &Config, args: &SimulateArgs) -> Result<()
         }
     }
 
+    bar.finish_and_clear();
     let mut rows = Vec::new();
     let mut bound_kwh = Vec::new();
     for (p, name) in names.iter().enumerate() {
@@ -188,7 +199,7 @@ pub fn run(out: &mut impl Write, cfg: &Config, args: &SimulateArgs) -> Result<()
         seeds.len(),
         args.scale,
         nodes.len(),
-        args.load
+        load
     )?;
     writeln!(
         out,
@@ -250,10 +261,35 @@ pub fn run(out: &mut impl Write, cfg: &Config, args: &SimulateArgs) -> Result<()
             best_t.policy
         )?;
     }
+    if let Some(path) = &args.plot {
+        let panel = |title, unit, f: &dyn Fn(&PolicyRow) -> f64| crate::report::BarPanel {
+            title,
+            unit,
+            values: rows.iter().map(|r| (r.policy.clone(), f(r))).collect(),
+            highlight: Some("heshare"),
+        };
+        let panels = [
+            panel("GPU energy per job (busy + idle)", "kJ", &|r| {
+                r.energy_per_job_kj
+            }),
+            panel("GPU energy with idle nodes suspended", "kWh", &|r| {
+                r.energy_power_saving_kwh
+            }),
+            panel("Mean job completion time", "s", &|r| r.mean_jct_s),
+            panel("p99 job completion time", "s", &|r| r.p99_jct_s),
+        ];
+        let title = format!(
+            "Time mode: {} jobs x {} seeds, {gpus} GPUs, load {load:.2}",
+            args.jobs,
+            seeds.len()
+        );
+        std::fs::write(path, crate::report::bar_chart_svg(&title, &panels))
+            .with_context(|| format!("{}: cannot write", path.display()))?;
+    }
     if let Some(path) = &args.json {
         let o = Output {
             mode: args.mode,
-            load: args.load,
+            load,
             seeds,
             jobs_per_seed: args.jobs,
             gpus,
