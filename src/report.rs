@@ -116,7 +116,9 @@ pub fn bar_chart_svg(title: &str, panels: &[BarPanel<'_>]) -> String {
 /// A compact number: 3 significant digits, k/M suffixes.
 fn short(v: f64) -> String {
     let a = v.abs();
-    if a >= 1e6 {
+    if a == 0.0 {
+        "0".to_owned()
+    } else if a >= 1e6 {
         format!("{:.3}M", v / 1e6)
     } else if a >= 1e4 {
         format!("{:.1}k", v / 1e3)
@@ -151,5 +153,6 @@ mod tests {
         assert_eq!(nice_max(7.3), 10.0);
         assert_eq!(nice_max(2.1), 2.5);
         assert_eq!(short(12345.0), "12.3k");
+        assert_eq!(short(0.0), "0");
     }
 }

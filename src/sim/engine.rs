@@ -352,17 +352,17 @@ pub fn run(
         st.now = t;
         match ev {
             Event::Arrival(j) => {
-                if waiting.is_empty()
-                    && try_start(
-                        st,
-                        sched,
-                        j,
-                        &mut heap,
-                        &mut seq,
-                        &mut idle_saving,
-                        suspend_time_s,
-                    )
-                {
+                // Backfill: a job that fits now starts now, even with others waiting (they
+                // fit nowhere, so it delays none of them in this reservation-free model).
+                if try_start(
+                    st,
+                    sched,
+                    j,
+                    &mut heap,
+                    &mut seq,
+                    &mut idle_saving,
+                    suspend_time_s,
+                ) {
                     continue;
                 }
                 waiting.push_back(j);
@@ -371,23 +371,28 @@ pub fn run(
                 if st.jobs[j].version != v || st.jobs[j].finish_s.is_some() {
                     continue;
                 }
+                let freed_node = st.gpus[st.jobs[j].gpus[0]].node;
                 finish(st, sched, j, &mut heap, &mut seq);
                 done += 1;
                 progress(done);
                 // Freed resources: start what now fits, in queue order (backfill without
                 // reservations, within a bounded look-ahead as Slurm's bf_max_job_test does).
+                // Only this node gained room since every waiting job last failed, so a job that
+                // cannot use it is not asked about again.
                 let mut k = 0;
                 while k < waiting.len() && k < 100 {
                     let wj = waiting[k];
-                    if try_start(
-                        st,
-                        sched,
-                        wj,
-                        &mut heap,
-                        &mut seq,
-                        &mut idle_saving,
-                        suspend_time_s,
-                    ) {
+                    if could_use(st, wj, freed_node)
+                        && try_start(
+                            st,
+                            sched,
+                            wj,
+                            &mut heap,
+                            &mut seq,
+                            &mut idle_saving,
+                            suspend_time_s,
+                        )
+                    {
                         waiting.remove(k);
                     } else {
                         k += 1;
@@ -456,6 +461,31 @@ pub fn run(
     m.alloc_rate = alloc / capacity_time;
     m.utilisation /= capacity_time;
     m
+}
+
+/// Whether job `j` could possibly start on `node`: an allowed GPU type, enough idle GPUs for a
+/// whole-GPU job or a GPU not held exclusively with room left for a share. A cheap necessary
+/// condition; the scheduler still decides.
+fn could_use(st: &State<'_>, j: usize, node: usize) -> bool {
+    let job = &st.jobs[j];
+    let n = &st.nodes[node];
+    if n.res.cpu_left < job.pod.cpu_milli || n.res.memory_left < job.pod.memory_mib {
+        return false;
+    }
+    let allowed = |g: usize| st.type_allowed(job, st.gpus[g].gpu_type);
+    if job.num_gpus == 1 && job.gpu_milli < 1000 {
+        n.gpus.iter().any(|&g| {
+            allowed(g)
+                && !st.gpus[g].held_exclusively(&st.jobs)
+                && st.gpus[g].used_share(&st.jobs) < 100
+        })
+    } else {
+        n.gpus
+            .iter()
+            .filter(|&&g| allowed(g) && st.gpus[g].jobs.is_empty())
+            .count()
+            >= job.num_gpus as usize
+    }
 }
 
 /// Idle energy of idle GPUs on nodes that were up because another of their GPUs was busy:
