@@ -1,0 +1,146 @@
+#!/usr/bin/env bash
+# A real, heterogeneous Slurm cluster on this one machine, for heshare's tests and for admins who
+# want to try heshare before touching a production cluster.
+#
+#   scripts/local-slurm.sh start [DIR]   start munge (if not running), slurmctld and three slurmd
+#   scripts/local-slurm.sh stop  [DIR]   stop everything this script started, then remove DIR
+#   scripts/local-slurm.sh env   [DIR]   print the export line clients need (SLURM_CONF)
+#
+# DIR defaults to $HESHARE_SLURM_DIR or /tmp/heshare-slurm. Needs root (fake GPUs are device
+# nodes, slurmd runs as root) and Debian's slurm-wlm and munge packages. The nodes:
+#   ha100: 2 x a100, gres/mps 200        hv100: 2 x v100m16        ht4: 4 x t4, gres/mps 400
+# Fake GPUs are character devices (slurmd refuses plain files); ports come from
+# $HESHARE_SLURM_PORT (default 17817: slurmctld, +1.. for each slurmd).
+set -euo pipefail
+
+cmd=${1:-}
+dir=${2:-${HESHARE_SLURM_DIR:-/tmp/heshare-slurm}}
+port=${HESHARE_SLURM_PORT:-17817}
+conf="$dir/etc/slurm.conf"
+
+die() { echo "local-slurm: $*" >&2; exit 1; }
+
+need() {
+  [ "$(id -u)" -eq 0 ] || die "must run as root (fake GPU device nodes, slurmd)"
+  for b in slurmctld slurmd munged munge scontrol sinfo; do
+    command -v "$b" >/dev/null || die "$b not found: install the Debian packages slurm-wlm and munge"
+  done
+}
+
+munge_ok() { [ -S /run/munge/munge.socket.2 ] && munge -n >/dev/null 2>&1; }
+
+start_munge() {
+  # A live socket that encodes a credential, not a process name: a dead munged can linger as a
+  # zombie that pgrep still finds.
+  if munge_ok; then return; fi
+  install -d -o munge -g munge -m 0755 /run/munge
+  if [ ! -s /etc/munge/munge.key ]; then
+    install -d -o munge -g munge -m 0700 /etc/munge
+    dd if=/dev/urandom of=/etc/munge/munge.key bs=1024 count=1 status=none
+    chown munge:munge /etc/munge/munge.key
+    chmod 0400 /etc/munge/munge.key
+  fi
+  runuser -u munge -- /usr/sbin/munged
+  touch "$dir/run/munge.started"
+  for _ in $(seq 50); do munge_ok && return; sleep 0.1; done
+  die "munged did not start (no working /run/munge/munge.socket.2)"
+}
+
+write_config() {
+  install -d "$dir"/{etc,dev,log,run,state,spool}
+  local i
+  for i in $(seq 0 7); do
+    [ -c "$dir/dev/nvidia$i" ] || mknod "$dir/dev/nvidia$i" c 1 3
+  done
+  cat > "$conf" <<CONF
+# Written by scripts/local-slurm.sh: a test cluster on one machine.
+ClusterName=heshare-local
+SlurmctldHost=localhost
+SlurmctldPort=$port
+SlurmUser=root
+AuthType=auth/munge
+StateSaveLocation=$dir/state
+SlurmdSpoolDir=$dir/spool/d%n
+SlurmctldPidFile=$dir/run/slurmctld.pid
+SlurmdPidFile=$dir/run/slurmd-%n.pid
+SlurmctldLogFile=$dir/log/slurmctld.log
+SlurmdLogFile=$dir/log/slurmd-%n.log
+SlurmdParameters=config_overrides
+ProctrackType=proctrack/pgid
+TaskPlugin=task/none
+MpiDefault=none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+GresTypes=gpu,mps,shard
+SchedulerType=sched/backfill
+ReturnToService=2
+JobCompType=jobcomp/none
+AccountingStorageType=accounting_storage/none
+SlurmctldTimeout=30
+SlurmdTimeout=30
+InactiveLimit=0
+MinJobAge=300
+KillWait=5
+Waittime=0
+NodeName=ha100 NodeHostname=localhost Port=$((port + 1)) CPUs=4 RealMemory=4000 Gres=gpu:a100:2,mps:200 State=UNKNOWN
+NodeName=hv100 NodeHostname=localhost Port=$((port + 2)) CPUs=4 RealMemory=4000 Gres=gpu:v100m16:2 State=UNKNOWN
+NodeName=ht4 NodeHostname=localhost Port=$((port + 3)) CPUs=4 RealMemory=4000 Gres=gpu:t4:4,mps:400 State=UNKNOWN
+PartitionName=gpu Nodes=ha100,hv100,ht4 Default=YES MaxTime=INFINITE State=UP
+CONF
+  cat > "$dir/etc/gres.conf" <<GRES
+AutoDetect=off
+NodeName=ha100 Name=gpu Type=a100 File=$dir/dev/nvidia[0-1]
+NodeName=ha100 Name=mps Count=200 File=$dir/dev/nvidia[0-1]
+NodeName=hv100 Name=gpu Type=v100m16 File=$dir/dev/nvidia[2-3]
+NodeName=ht4 Name=gpu Type=t4 File=$dir/dev/nvidia[4-7]
+NodeName=ht4 Name=mps Count=400 File=$dir/dev/nvidia[4-7]
+GRES
+}
+
+start() {
+  need
+  [ -e "$dir/run/slurmctld.pid" ] && kill -0 "$(cat "$dir/run/slurmctld.pid")" 2>/dev/null && die "already running in $dir"
+  install -d "$dir/run"
+  write_config
+  start_munge
+  slurmctld -f "$conf" -i
+  local n
+  for n in ha100 hv100 ht4; do
+    slurmd -N "$n" -f "$conf"
+  done
+  for _ in $(seq 150); do
+    if [ "$(SLURM_CONF=$conf sinfo -h -N -o '%t' 2>/dev/null | grep -cE '^(idle|mix|alloc)')" -ge 3 ]; then
+      echo "local-slurm: up in $dir (slurmctld on port $port); export SLURM_CONF=$conf"
+      return
+    fi
+    sleep 0.2
+  done
+  SLURM_CONF=$conf sinfo -N -l >&2 || true
+  tail -n 20 "$dir/log/slurmctld.log" >&2 || true
+  die "nodes did not come up within 30 s (logs in $dir/log)"
+}
+
+stop() {
+  [ -d "$dir" ] || return 0
+  local f pid
+  for f in "$dir"/run/slurmd-*.pid "$dir/run/slurmctld.pid"; do
+    [ -e "$f" ] || continue
+    pid=$(cat "$f")
+    kill "$pid" 2>/dev/null || true
+    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$pid" 2>/dev/null || true
+  done
+  # Jobs' process groups started by these slurmd (slurmstepd) end with them.
+  pkill -f "slurmstepd.*$dir" 2>/dev/null || true
+  if [ -e "$dir/run/munge.started" ]; then
+    pkill -x munged 2>/dev/null || true
+  fi
+  rm -rf "$dir"
+}
+
+case "$cmd" in
+  start) start ;;
+  stop) stop ;;
+  env) echo "export SLURM_CONF=$conf" ;;
+  *) die "usage: $0 start|stop|env [DIR]" ;;
+esac
