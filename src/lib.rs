@@ -12,6 +12,7 @@ pub mod model;
 pub mod policy;
 pub mod report;
 pub mod sim;
+pub mod slurm;
 pub mod units;
 
 /// The `SLURM_VERSION_NUMBER` of the headers this build found (e.g. `0x160508` for 22.05.8), or
