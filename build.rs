@@ -31,6 +31,23 @@ fn main() {
                     "cargo:rustc-env=HESHARE_SLURM_INCLUDE_DIR={}",
                     dir.display()
                 );
+                let number = u32::from_str_radix(v.trim_start_matches("0x"), 16).unwrap_or(0);
+                let out = PathBuf::from(std::env::var_os("OUT_DIR").unwrap_or_default());
+                let _ = std::fs::write(
+                    out.join("slurm_version.rs"),
+                    format!(
+                        "/// SLURM_VERSION_NUMBER of the headers this plugin was built against.\n\
+                         pub const SLURM_VERSION_NUMBER: u32 = {number:#x};\n"
+                    ),
+                );
+                // The shim is the only code that knows job_desc_msg_t's layout: compile it
+                // against these very headers.
+                println!("cargo:rerun-if-changed=c_shim/heshare_shim.c");
+                cc::Build::new()
+                    .file("c_shim/heshare_shim.c")
+                    .include(dir)
+                    .warnings(true)
+                    .compile("heshare_shim");
                 return;
             }
             None => println!(

@@ -11,6 +11,8 @@
 #   ha100: 2 x a100, gres/mps 200        hv100: 2 x v100m16        ht4: 4 x t4, gres/mps 400
 # Fake GPUs are character devices (slurmd refuses plain files); ports come from
 # $HESHARE_SLURM_PORT (default 17817: slurmctld, +1.. for each slurmd).
+# With HESHARE_PLUGIN=path/to/libheshare.so the cluster loads it as job_submit/heshare, with
+# $HESHARE_CONFIG (default: the repository's slurm-conf/heshare.toml) as its configuration.
 set -euo pipefail
 
 cmd=${1:-}
@@ -29,21 +31,44 @@ need() {
 
 munge_ok() { [ -S /run/munge/munge.socket.2 ] && munge -n >/dev/null 2>&1; }
 
+# Several clusters (parallel tests) share one munged. Under a lock, each registers its DIR; the
+# munged this script started stops when the last registered cluster stops.
+munge_lock=/run/heshare-munge.lock
+munge_users=/run/heshare-munge.users
+
 start_munge() {
+  exec 9>"$munge_lock"
+  flock 9
+  install -d "$munge_users"
+  echo "$dir" > "$munge_users/$(echo "$dir" | md5sum | cut -c1-16)"
   # A live socket that encodes a credential, not a process name: a dead munged can linger as a
   # zombie that pgrep still finds.
-  if munge_ok; then return; fi
-  install -d -o munge -g munge -m 0755 /run/munge
-  if [ ! -s /etc/munge/munge.key ]; then
-    install -d -o munge -g munge -m 0700 /etc/munge
-    dd if=/dev/urandom of=/etc/munge/munge.key bs=1024 count=1 status=none
-    chown munge:munge /etc/munge/munge.key
-    chmod 0400 /etc/munge/munge.key
+  if ! munge_ok; then
+    install -d -o munge -g munge -m 0755 /run/munge
+    if [ ! -s /etc/munge/munge.key ]; then
+      install -d -o munge -g munge -m 0700 /etc/munge
+      dd if=/dev/urandom of=/etc/munge/munge.key bs=1024 count=1 status=none
+      chown munge:munge /etc/munge/munge.key
+      chmod 0400 /etc/munge/munge.key
+    fi
+    runuser -u munge -- /usr/sbin/munged --force
+    touch "$munge_users/.started-by-heshare"
+    local ok=0
+    for _ in $(seq 50); do munge_ok && { ok=1; break; }; sleep 0.1; done
+    [ "$ok" -eq 1 ] || { flock -u 9; die "munged did not start (no working /run/munge/munge.socket.2)"; }
   fi
-  runuser -u munge -- /usr/sbin/munged
-  touch "$dir/run/munge.started"
-  for _ in $(seq 50); do munge_ok && return; sleep 0.1; done
-  die "munged did not start (no working /run/munge/munge.socket.2)"
+  flock -u 9
+}
+
+stop_munge() {
+  exec 9>"$munge_lock"
+  flock 9
+  rm -f "$munge_users/$(echo "$dir" | md5sum | cut -c1-16)"
+  if [ -e "$munge_users/.started-by-heshare" ] && [ -z "$(ls "$munge_users")" ]; then
+    pkill -x munged 2>/dev/null || true
+    rm -f "$munge_users/.started-by-heshare"
+  fi
+  flock -u 9
 }
 
 write_config() {
@@ -87,6 +112,16 @@ NodeName=hv100 NodeHostname=localhost Port=$((port + 2)) CPUs=4 RealMemory=4000 
 NodeName=ht4 NodeHostname=localhost Port=$((port + 3)) CPUs=4 RealMemory=4000 Gres=gpu:t4:4,mps:400 State=UNKNOWN
 PartitionName=gpu Nodes=ha100,hv100,ht4 Default=YES MaxTime=INFINITE State=UP
 CONF
+  if [ -n "${HESHARE_PLUGIN:-}" ]; then
+    [ -f "$HESHARE_PLUGIN" ] || die "HESHARE_PLUGIN=$HESHARE_PLUGIN is not a file"
+    local sys
+    sys=$(dirname "$(find /usr/lib -name select_cons_tres.so -print -quit)")
+    install -d "$dir/lib"
+    install -m 0755 "$HESHARE_PLUGIN" "$dir/lib/job_submit_heshare.so"
+    printf 'PluginDir=%s:%s\nJobSubmitPlugins=heshare\nPlugStackConfig=%s\n' "$sys" "$dir/lib" "$dir/etc/plugstack.conf" >> "$conf"
+    # The same file is the SPANK plugin that gives sbatch --gpu-share/--gpu-class/--energy-policy.
+    echo "required $dir/lib/job_submit_heshare.so" > "$dir/etc/plugstack.conf"
+  fi
   cat > "$dir/etc/gres.conf" <<GRES
 AutoDetect=off
 NodeName=ha100 Name=gpu Type=a100 File=$dir/dev/nvidia[0-1]
@@ -103,12 +138,19 @@ start() {
   install -d "$dir/run"
   write_config
   start_munge
-  slurmctld -f "$conf" -i
+  # The plugin reads these at init: the cluster's GPU types from slurm.conf, its policy from
+  # heshare.toml.
+  SLURM_CONF=$conf HESHARE_CONFIG=${HESHARE_CONFIG:-$(cd "$(dirname "$0")/.." && pwd)/slurm-conf/heshare.toml} \
+    slurmctld -f "$conf" -i
   local n
   for n in ha100 hv100 ht4; do
     slurmd -N "$n" -f "$conf"
   done
   for _ in $(seq 150); do
+    if ! kill -0 "$(cat "$dir/run/slurmctld.pid" 2>/dev/null || echo 0)" 2>/dev/null && [ -e "$dir/log/slurmctld.log" ] && grep -q "fatal" "$dir/log/slurmctld.log"; then
+      grep -E "fatal|heshare" "$dir/log/slurmctld.log" >&2 || true
+      die "slurmctld exited (log: $dir/log/slurmctld.log)"
+    fi
     if [ "$(SLURM_CONF=$conf sinfo -h -N -o '%t' 2>/dev/null | grep -cE '^(idle|mix|alloc)')" -ge 3 ]; then
       echo "local-slurm: up in $dir (slurmctld on port $port); export SLURM_CONF=$conf"
       return
@@ -132,9 +174,7 @@ stop() {
   done
   # Jobs' process groups started by these slurmd (slurmstepd) end with them.
   pkill -f "slurmstepd.*$dir" 2>/dev/null || true
-  if [ -e "$dir/run/munge.started" ]; then
-    pkill -x munged 2>/dev/null || true
-  fi
+  stop_munge
   rm -rf "$dir"
 }
 

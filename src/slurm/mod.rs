@@ -2,3 +2,6 @@
 //! `request`) and, when built against the Slurm headers, the C-ABI entry points slurmctld loads.
 
 pub mod request;
+
+#[cfg(slurm_headers)]
+pub mod ffi;

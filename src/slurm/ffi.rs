@@ -1,0 +1,521 @@
+//! The C ABI slurmctld loads as `job_submit/heshare` (DESIGN.md section 1, facts 1-3):
+//! `plugin_name`, `plugin_type`, `plugin_version`, `init`, `fini`, `job_submit`, `job_modify`.
+//!
+//! Rules this file keeps: every string handed to Slurm comes from Slurm's own allocator
+//! (`slurm_xstrdup`, `slurm_xrecalloc`, freed with `slurm_xfree`), looked up with `dlsym` at
+//! `init` so the library has no link-time Slurm symbol; nothing unwinds into Slurm (every entry
+//! point runs under `catch_unwind`, a panic becomes a log line and the job passes unchanged);
+//! logging goes through `slurm_info`/`slurm_error` with a constant "%s" format.
+
+use super::request::{Verdict, decide, parse_options, parse_tres_per_node};
+use crate::config::{Config, check_slurm_gres};
+use std::ffi::{CStr, CString, c_char, c_int, c_void};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::path::Path;
+use std::sync::{Mutex, OnceLock};
+
+include!(concat!(env!("OUT_DIR"), "/slurm_version.rs"));
+
+/// The plugin's name, a C char array as the plugin loader expects. SPANK builds option
+/// variable names from it (`_SLURM_SPANK_OPTION_heshare_gpu_class`), so it stays one word.
+#[unsafe(no_mangle)]
+pub static plugin_name: [u8; 8] = *b"heshare\0";
+#[unsafe(no_mangle)]
+pub static plugin_type: [u8; 19] = *b"job_submit/heshare\0";
+#[unsafe(no_mangle)]
+pub static plugin_version: u32 = SLURM_VERSION_NUMBER;
+
+const SLURM_SUCCESS: c_int = 0;
+const SLURM_ERROR: c_int = -1;
+
+/// The job_desc_msg_t fields the shim copies out (see c_shim/heshare_shim.c).
+#[repr(C)]
+struct JobView {
+    tres_per_node: *const c_char,
+    tres_per_job: *const c_char,
+    admin_comment: *const c_char,
+    spank_job_env: *mut *mut c_char,
+    spank_job_env_size: u32,
+    nice: u32,
+    user_id: u32,
+}
+
+unsafe extern "C" {
+    fn hs_job_view_fill(desc: *const c_void, out: *mut JobView);
+    fn hs_job_tres_per_node(desc: *mut c_void) -> *mut *mut c_char;
+    fn hs_job_admin_comment(desc: *mut c_void) -> *mut *mut c_char;
+    fn hs_job_spank_env(desc: *mut c_void) -> *mut *mut *mut c_char;
+    fn hs_job_spank_env_size(desc: *mut c_void) -> *mut u32;
+    fn hs_job_nice(desc: *mut c_void) -> *mut u32;
+    fn hs_nice_offset() -> u32;
+    fn hs_no_val() -> u32;
+    fn hs_eslurm_invalid_gres() -> c_int;
+    fn hs_spank_option_count() -> c_int;
+    fn hs_spank_option(i: c_int) -> *mut c_void;
+    fn hs_spank_ctx_allocator() -> c_int;
+    fn hs_spank_ctx_local() -> c_int;
+    fn hs_spank_ctx_remote() -> c_int;
+}
+
+type LogFn = unsafe extern "C" fn(*const c_char, ...);
+type XstrdupFn = unsafe extern "C" fn(*const c_char) -> *mut c_char;
+type XfreeFn = unsafe extern "C" fn(*mut *mut c_void);
+type XrecallocFn = unsafe extern "C" fn(
+    *mut *mut c_void,
+    usize,
+    usize,
+    bool,
+    bool,
+    *const c_char,
+    c_int,
+    *const c_char,
+) -> *mut c_void;
+
+/// Slurm's functions, found in the host process at init.
+#[derive(Clone, Copy)]
+struct Host {
+    info: LogFn,
+    error: LogFn,
+    xstrdup: XstrdupFn,
+    xfree: XfreeFn,
+    xrecalloc: XrecallocFn,
+}
+
+fn lookup(name: &CStr) -> Option<*mut c_void> {
+    // SAFETY: dlsym with RTLD_DEFAULT and a NUL-terminated name only reads the process's symbol
+    // tables; a missing symbol is a null pointer, handled by the caller.
+    let p = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) };
+    (!p.is_null()).then_some(p)
+}
+
+impl Host {
+    fn find() -> Option<Host> {
+        let info = lookup(c"slurm_info")?;
+        let error = lookup(c"slurm_error")?;
+        let xstrdup = lookup(c"slurm_xstrdup")?;
+        let xfree = lookup(c"slurm_xfree")?;
+        let xrecalloc = lookup(c"slurm_xrecalloc")?;
+        // SAFETY: these are the addresses of Slurm's exported functions with exactly these C
+        // signatures (slurm/src/common/log.h, xmalloc.h, xstring.h of 22.05, DESIGN fact 1).
+        unsafe {
+            Some(Host {
+                info: std::mem::transmute::<*mut c_void, LogFn>(info),
+                error: std::mem::transmute::<*mut c_void, LogFn>(error),
+                xstrdup: std::mem::transmute::<*mut c_void, XstrdupFn>(xstrdup),
+                xfree: std::mem::transmute::<*mut c_void, XfreeFn>(xfree),
+                xrecalloc: std::mem::transmute::<*mut c_void, XrecallocFn>(xrecalloc),
+            })
+        }
+    }
+
+    fn log(&self, error: bool, msg: &str) {
+        let c = CString::new(msg.replace('\0', " ")).unwrap_or_default();
+        let f = if error { self.error } else { self.info };
+        // SAFETY: a constant "%s" format and one NUL-terminated string argument, as printf wants.
+        unsafe { f(c"%s".as_ptr(), c.as_ptr()) }
+    }
+
+    /// A copy of `s` in Slurm's allocator, or null.
+    fn strdup(&self, s: &str) -> *mut c_char {
+        let c = CString::new(s.replace('\0', " ")).unwrap_or_default();
+        // SAFETY: slurm_xstrdup copies a NUL-terminated string into xmalloc'd memory.
+        unsafe { (self.xstrdup)(c.as_ptr()) }
+    }
+
+    /// Replaces the string at `field` with a Slurm-allocated copy of `s`, freeing the old one.
+    ///
+    /// # Safety
+    /// `field` must point to a `char *` field of a live job description owned by Slurm.
+    unsafe fn replace(&self, field: *mut *mut c_char, s: &str) {
+        let new = self.strdup(s);
+        // SAFETY: the caller guarantees `field` is valid; the old value was allocated by Slurm
+        // (or is null, which slurm_xfree accepts) and is freed once, after the swap.
+        unsafe {
+            let mut old = std::ptr::replace(field, new).cast::<c_void>();
+            (self.xfree)(&mut old);
+        }
+    }
+
+    /// Appends `entries` to the job's spank_job_env, growing it with slurm_xrecalloc.
+    ///
+    /// # Safety
+    /// `desc` must be a live job description owned by Slurm.
+    unsafe fn push_env(&self, desc: *mut c_void, entries: &[String]) {
+        if entries.is_empty() {
+            return;
+        }
+        // SAFETY: the shim returns the addresses of the array and its size in `desc`; the array
+        // came from Slurm's allocator (or is null), so xrecalloc may grow it in place.
+        unsafe {
+            let env = hs_job_spank_env(desc);
+            let size = hs_job_spank_env_size(desc);
+            let old = *size as usize;
+            let new = old + entries.len();
+            let mut arr = (*env).cast::<c_void>();
+            (self.xrecalloc)(
+                &mut arr,
+                new + 1,
+                std::mem::size_of::<*mut c_char>(),
+                true,
+                false,
+                c"heshare".as_ptr(),
+                line!() as c_int,
+                c"push_env".as_ptr(),
+            );
+            *env = arr.cast::<*mut c_char>();
+            for (k, e) in entries.iter().enumerate() {
+                *(*env).add(old + k) = self.strdup(e);
+            }
+            *size = u32::try_from(new).unwrap_or(u32::MAX);
+        }
+    }
+}
+
+/// What init loaded: the policy configuration and the GPU types the cluster has.
+struct Loaded {
+    cfg: Config,
+    present: Vec<usize>,
+}
+
+fn host() -> Option<Host> {
+    static HOST: OnceLock<Option<Host>> = OnceLock::new();
+    *HOST.get_or_init(Host::find)
+}
+
+fn state() -> &'static Mutex<Option<Loaded>> {
+    static STATE: OnceLock<Mutex<Option<Loaded>>> = OnceLock::new();
+    STATE.get_or_init(|| Mutex::new(None))
+}
+
+/// Runs `f`, turning a panic into an error log line and `on_panic`.
+fn guarded(what: &str, on_panic: c_int, f: impl FnOnce() -> c_int) -> c_int {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(rc) => rc,
+        Err(p) => {
+            let msg = p
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| p.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            if let Some(h) = host() {
+                h.log(
+                    true,
+                    &format!("heshare: internal error in {what}: {msg}; job left unchanged"),
+                );
+            }
+            on_panic
+        }
+    }
+}
+
+fn load() -> Result<Loaded, String> {
+    let path = std::env::var_os("HESHARE_CONFIG")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| "/etc/slurm/heshare.toml".into());
+    let cfg = Config::load(&path).map_err(|e| e.to_string())?;
+    let slurm_conf = std::env::var_os("SLURM_CONF")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| "/etc/slurm/slurm.conf".into());
+    let present = match std::fs::read_to_string(&slurm_conf) {
+        Ok(text) => present_types(&text, &cfg, &slurm_conf)?,
+        Err(_) => (0..cfg.gpu_types.len()).collect(),
+    };
+    Ok(Loaded { cfg, present })
+}
+
+/// The catalog types named by `Gres=gpu:TYPE:N` in slurm.conf; an unknown type is an error so
+/// the admin hears of it at init, not through odd decisions.
+fn present_types(text: &str, cfg: &Config, file: &Path) -> Result<Vec<usize>, String> {
+    if let Some(f) = check_slurm_gres(text, cfg)
+        .into_iter()
+        .find(|f| !f.message.contains("has no GPU type"))
+    {
+        return Err(format!("{}:{}: {}", file.display(), f.line, f.message));
+    }
+    let mut present: Vec<usize> = (0..cfg.gpu_types.len())
+        .filter(|&t| {
+            let name = &cfg.gpu_types[t].name;
+            text.lines().any(|l| {
+                l.split('#')
+                    .next()
+                    .unwrap_or("")
+                    .contains(&format!("gpu:{name}:"))
+            })
+        })
+        .collect();
+    if present.is_empty() {
+        present = (0..cfg.gpu_types.len()).collect();
+    }
+    Ok(present)
+}
+
+/// Whether this process is slurmctld. The spank_* API lives in libslurmfull, which every daemon
+/// loads, so it cannot tell; slurmctld's own exported globals can.
+fn in_slurmctld() -> bool {
+    lookup(c"job_list").is_some() && lookup(c"last_job_update").is_some()
+}
+
+/// Called by slurmctld when it loads the plugin and at `scontrol reconfigure`; also by the
+/// SPANK loader in sbatch/srun/slurmstepd, where there is nothing to load.
+#[unsafe(no_mangle)]
+pub extern "C" fn init() -> c_int {
+    guarded("init", SLURM_ERROR, || {
+        if !in_slurmctld() {
+            return SLURM_SUCCESS;
+        }
+        let Some(h) = host() else { return SLURM_ERROR };
+        match load() {
+            Ok(l) => {
+                let names: Vec<&str> = l
+                    .present
+                    .iter()
+                    .map(|&t| l.cfg.gpu_types[t].name.as_str())
+                    .collect();
+                h.log(
+                    false,
+                    &format!(
+                        "heshare: loaded {} job classes; GPU types in this cluster: {}",
+                        l.cfg.classes.len(),
+                        names.join(", ")
+                    ),
+                );
+                if let Ok(mut s) = state().lock() {
+                    *s = Some(l);
+                }
+                SLURM_SUCCESS
+            }
+            Err(e) => {
+                for line in e.lines() {
+                    h.log(true, &format!("heshare: {line}"));
+                }
+                SLURM_ERROR
+            }
+        }
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn fini() -> c_int {
+    guarded("fini", SLURM_SUCCESS, || {
+        if let Ok(mut s) = state().lock() {
+            *s = None;
+        }
+        SLURM_SUCCESS
+    })
+}
+
+fn c_str(p: *const c_char) -> Option<String> {
+    // SAFETY: Slurm's strings are NUL-terminated or null; null is checked first.
+    (!p.is_null()).then(|| unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
+}
+
+/// Called by slurmctld for every submitted job.
+///
+/// # Safety
+/// `desc` must be a valid `job_desc_msg_t *` and `err_msg` a valid `char **`, as slurmctld
+/// passes them.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn job_submit(
+    desc: *mut c_void,
+    submit_uid: u32,
+    err_msg: *mut *mut c_char,
+) -> c_int {
+    guarded("job_submit", SLURM_SUCCESS, || {
+        let Some(h) = host() else {
+            return SLURM_SUCCESS;
+        };
+        if desc.is_null() {
+            return SLURM_SUCCESS;
+        }
+        let mut v = JobView {
+            tres_per_node: std::ptr::null(),
+            tres_per_job: std::ptr::null(),
+            admin_comment: std::ptr::null(),
+            spank_job_env: std::ptr::null_mut(),
+            spank_job_env_size: 0,
+            nice: 0,
+            user_id: 0,
+        };
+        // SAFETY: desc is slurmctld's job description; the shim only reads its fields.
+        unsafe { hs_job_view_fill(desc, &mut v) };
+        let env: Vec<String> = if v.spank_job_env.is_null() {
+            vec![]
+        } else {
+            // SAFETY: spank_job_env holds spank_job_env_size string pointers (null-checked each).
+            (0..v.spank_job_env_size as usize)
+                .filter_map(|i| c_str(unsafe { *v.spank_job_env.add(i) }))
+                .collect()
+        };
+        let opts = parse_options(env.iter().map(String::as_str));
+        let tres = c_str(v.tres_per_node);
+        let ask = match parse_tres_per_node(tres.as_deref()) {
+            Ok(a) => a,
+            Err(e) => {
+                h.log(
+                    false,
+                    &format!("heshare: uid {submit_uid}: {e}; job left to Slurm"),
+                );
+                return SLURM_SUCCESS;
+            }
+        };
+        let guard = match state().lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        let Some(loaded) = guard.as_ref() else {
+            return SLURM_SUCCESS;
+        };
+        let user = if v.user_id != 0 && v.user_id != unsafe_no_val() {
+            v.user_id
+        } else {
+            submit_uid
+        };
+        match decide(
+            &loaded.cfg,
+            &loaded.present,
+            ask.as_ref(),
+            &opts,
+            &user.to_string(),
+        ) {
+            Verdict::PassThrough => SLURM_SUCCESS,
+            Verdict::Annotate(note) => {
+                // SAFETY: desc is live; admin_comment is a Slurm-owned char * field.
+                unsafe { h.replace(hs_job_admin_comment(desc), &note) };
+                SLURM_SUCCESS
+            }
+            Verdict::Rewrite(r) => {
+                // SAFETY: desc is live; each field address comes from the shim and each string
+                // from Slurm's allocator; nice is a plain u32 field.
+                unsafe {
+                    h.replace(hs_job_tres_per_node(desc), &r.tres_per_node);
+                    h.replace(hs_job_admin_comment(desc), &r.admin_comment);
+                    h.push_env(desc, &r.spank_env);
+                    let nice = hs_job_nice(desc);
+                    let offset = i64::from(hs_nice_offset());
+                    let current = if *nice == hs_no_val() {
+                        0
+                    } else {
+                        i64::from(*nice) - offset
+                    };
+                    *nice = u32::try_from(offset + current + i64::from(r.nice))
+                        .unwrap_or(hs_nice_offset());
+                }
+                h.log(
+                    false,
+                    &format!(
+                        "heshare: uid {user}: {} -> {} nice {:+}; {}",
+                        tres.unwrap_or_default(),
+                        r.tres_per_node,
+                        r.nice,
+                        r.admin_comment
+                    ),
+                );
+                SLURM_SUCCESS
+            }
+            Verdict::Reject(msg) => {
+                h.log(false, &format!("heshare: uid {user}: rejected: {msg}"));
+                if !err_msg.is_null() {
+                    // SAFETY: err_msg is slurmctld's char ** for the reply; it takes ownership
+                    // of an xmalloc'd string.
+                    unsafe { *err_msg = h.strdup(&msg) };
+                }
+                // SAFETY: a constant from the headers.
+                unsafe { hs_eslurm_invalid_gres() }
+            }
+        }
+    })
+}
+
+fn unsafe_no_val() -> u32 {
+    // SAFETY: a constant from the headers.
+    unsafe { hs_no_val() }
+}
+
+/// Job updates are left to Slurm (22.05 passes three arguments; 23.02 adds `char **err_msg`,
+/// which a C caller passing more arguments than this reads is harmless under the C ABI).
+#[unsafe(no_mangle)]
+pub extern "C" fn job_modify(_desc: *mut c_void, _job_ptr: *mut c_void, _submit_uid: u32) -> c_int {
+    SLURM_SUCCESS
+}
+
+type SpankRegisterFn = unsafe extern "C" fn(*mut c_void, *mut c_void) -> c_int;
+type SpankContextFn = unsafe extern "C" fn() -> c_int;
+
+/// SPANK entry point: registers `--gpu-share`, `--gpu-class` and `--energy-policy` in the
+/// contexts that parse options (sbatch/salloc, srun, and slurmstepd which receives them).
+///
+/// # Safety
+/// Called by Slurm's SPANK loader with its own handle.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn slurm_spank_init(
+    sp: *mut c_void,
+    _ac: c_int,
+    _av: *mut *mut c_char,
+) -> c_int {
+    guarded("slurm_spank_init", 0, || {
+        let (Some(reg), Some(ctx)) = (lookup(c"spank_option_register"), lookup(c"spank_context"))
+        else {
+            return 0;
+        };
+        // SAFETY: Slurm's spank_option_register and spank_context with their spank.h signatures.
+        let (reg, ctx) = unsafe {
+            (
+                std::mem::transmute::<*mut c_void, SpankRegisterFn>(reg),
+                std::mem::transmute::<*mut c_void, SpankContextFn>(ctx),
+            )
+        };
+        // SAFETY: plain calls returning ints; the shim's constants come from spank.h.
+        let (now, wanted) = unsafe {
+            (
+                ctx(),
+                [
+                    hs_spank_ctx_allocator(),
+                    hs_spank_ctx_local(),
+                    hs_spank_ctx_remote(),
+                ],
+            )
+        };
+        if !wanted.contains(&now) {
+            return 0;
+        }
+        // SAFETY: the shim hands out its static spank_option table; Slurm keeps the pointers,
+        // which stay valid for the life of the process.
+        unsafe {
+            for i in 0..hs_spank_option_count() {
+                let rc = reg(sp, hs_spank_option(i));
+                if rc != 0 {
+                    return rc;
+                }
+            }
+        }
+        0
+    })
+}
+
+/// Validates a heshare option's value as sbatch parses it; a bad value stops the submission
+/// with a message naming the option and the allowed values.
+#[unsafe(no_mangle)]
+pub extern "C" fn hs_spank_option_cb(val: c_int, optarg: *const c_char, _remote: c_int) -> c_int {
+    guarded("option callback", -1, || {
+        let arg = c_str(optarg).unwrap_or_default();
+        let problem = match val {
+            0 => crate::cli::parse_share(&arg).err().map(|e| format!("--gpu-share: {e}")),
+            1 => (arg.is_empty() || !arg.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')))
+                .then(|| format!("--gpu-class: \"{arg}\" is not a job class name (letters, digits, '-', '_', '.')")),
+            2 => (!matches!(arg.as_str(), "performance" | "balanced" | "energy"))
+                .then(|| format!("--energy-policy: \"{arg}\" is not performance, balanced or energy")),
+            _ => None,
+        };
+        match problem {
+            None => 0,
+            Some(msg) => {
+                if let Some(h) = host() {
+                    h.log(true, &format!("heshare: {msg}"));
+                } else {
+                    eprintln!("heshare: {msg}");
+                }
+                -1
+            }
+        }
+    })
+}

@@ -1,0 +1,152 @@
+//! A live local Slurm cluster for integration tests (scripts/local-slurm.sh), stopped on drop.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+pub struct Cluster {
+    pub dir: PathBuf,
+    script: PathBuf,
+    port: String,
+    env: Vec<(String, String)>,
+}
+
+/// The cdylib cargo built beside the test's binary (target/<profile>/libheshare.so).
+pub fn plugin_path() -> PathBuf {
+    let bin = PathBuf::from(env!("CARGO_BIN_EXE_heshare"));
+    bin.parent().expect("target dir").join("libheshare.so")
+}
+
+impl Cluster {
+    /// Starts a cluster named `tag` (its own directory and ports) with extra environment for the
+    /// script (e.g. HESHARE_PLUGIN). Returns the script's output on failure.
+    pub fn try_start(tag: &str, env: &[(&str, &str)]) -> Result<Cluster, Output> {
+        let root = Command::new("id").arg("-u").output().expect("id runs");
+        assert_eq!(
+            String::from_utf8_lossy(&root.stdout).trim(),
+            "0",
+            "live Slurm tests need root (run bash .ci/run)"
+        );
+        let pid = std::process::id();
+        let dir = std::env::temp_dir().join(format!("heshare-slurm-test-{tag}-{pid}"));
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/local-slurm.sh");
+        // Ports of our own so tests (and parallel runs) on one machine do not meet.
+        let offset = match tag {
+            "plain" => 0,
+            "plugin" => 10,
+            _ => 20,
+        };
+        let port = (20_000 + (pid % 1_000) * 30 + offset).to_string();
+        let c = Cluster {
+            dir,
+            script,
+            port,
+            env: env
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+        };
+        let o = c.script_cmd("start");
+        if o.status.success() { Ok(c) } else { Err(o) }
+    }
+
+    pub fn start(tag: &str, env: &[(&str, &str)]) -> Cluster {
+        Cluster::try_start(tag, env).unwrap_or_else(|o| {
+            panic!(
+                "local-slurm.sh start failed:\n{}{}",
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr)
+            )
+        })
+    }
+
+    fn script_cmd(&self, what: &str) -> Output {
+        let mut cmd = Command::new("bash");
+        cmd.arg(&self.script)
+            .arg(what)
+            .arg(&self.dir)
+            .env("HESHARE_SLURM_PORT", &self.port);
+        for (k, v) in &self.env {
+            cmd.env(k, v);
+        }
+        cmd.output().expect("bash runs")
+    }
+
+    pub fn conf(&self) -> PathBuf {
+        self.dir.join("etc/slurm.conf")
+    }
+
+    /// Runs a Slurm client; returns (success, stdout, stderr).
+    pub fn run(&self, bin: &str, args: &[&str]) -> (bool, String, String) {
+        let o = Command::new(bin)
+            .args(args)
+            .env("SLURM_CONF", self.conf())
+            .current_dir(&self.dir)
+            .output()
+            .unwrap_or_else(|e| panic!("{bin}: {e}"));
+        (
+            o.status.success(),
+            String::from_utf8_lossy(&o.stdout).into_owned(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    }
+
+    pub fn slurm(&self, bin: &str, args: &[&str]) -> String {
+        let (ok, out, err) = self.run(bin, args);
+        assert!(ok, "{bin} {args:?}: {err}");
+        out
+    }
+
+    pub fn sbatch(&self, args: &[&str]) -> String {
+        let mut all = vec!["--parsable"];
+        all.extend_from_slice(args);
+        self.slurm("sbatch", &all).trim().to_owned()
+    }
+
+    pub fn wait_done(&self, job: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let show = self.slurm("scontrol", &["show", "job", job]);
+            if show.contains("JobState=COMPLETED") {
+                return show;
+            }
+            assert!(
+                !show.contains("JobState=FAILED") && !show.contains("JobState=CANCELLED"),
+                "job {job} did not complete:\n{show}"
+            );
+            assert!(
+                Instant::now() < deadline,
+                "job {job} still not done after 60 s:\n{show}"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    pub fn read(&self, name: &str) -> String {
+        std::fs::read_to_string(self.dir.join(name)).unwrap_or_else(|e| panic!("{name}: {e}"))
+    }
+
+    pub fn slurmctld_pid(&self) -> String {
+        self.read("run/slurmctld.pid").trim().to_owned()
+    }
+
+    pub fn stop(&self) {
+        let _ = self.script_cmd("stop");
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+pub fn alive(pid: &str) -> bool {
+    Command::new("kill")
+        .args(["-0", pid])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false)
+}

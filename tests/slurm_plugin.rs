@@ -1,0 +1,167 @@
+//! job_submit/heshare inside a real slurmctld (Slurm 22.05 from Debian), loaded from the cdylib
+//! this build produced, with its SPANK options in sbatch. Needs root, slurm-wlm and munge.
+
+mod common;
+
+use common::{Cluster, alive, plugin_path};
+
+fn field<'a>(show: &'a str, key: &str) -> &'a str {
+    show.split_whitespace()
+        .find_map(|w| w.strip_prefix(key))
+        .unwrap_or("")
+}
+
+#[test]
+fn the_plugin_places_shares_and_whole_gpus_and_rejects_bad_input() {
+    let plugin = plugin_path();
+    assert!(plugin.exists(), "{} was not built", plugin.display());
+    let c = Cluster::start(
+        "plugin",
+        &[("HESHARE_PLUGIN", plugin.to_str().expect("utf-8"))],
+    );
+    let ctld = c.slurmctld_pid();
+    assert!(
+        c.read("log/slurmctld.log").contains(
+            "heshare: loaded 12 job classes; GPU types in this cluster: a100, t4, v100m16"
+        )
+    );
+
+    // A small inference job asking heshare to size its share: an MPS share on the type chosen.
+    let infer = c.sbatch(&["--gres=gpu:1", "--gpu-share=auto", "--gpu-class=vit-infer", "-o", "infer-%j.out", "--wrap", "echo mps=$CUDA_MPS_ACTIVE_THREAD_PERCENTAGE; env | grep '^SLURM_SPANK__SLURM_SPANK_OPTION_heshare' | sort"]);
+    // A large training job: a whole GPU of the type chosen.
+    let train = c.sbatch(&[
+        "--gres=gpu:1",
+        "--gpu-class=bert-train",
+        "-o",
+        "train-%j.out",
+        "--wrap",
+        "echo gpus=$CUDA_VISIBLE_DEVICES",
+    ]);
+    // A CPU job passes untouched.
+    let cpu = c.sbatch(&["-o", "cpu-%j.out", "--wrap", "echo cpu"]);
+
+    let s = c.wait_done(&infer);
+    assert_eq!(field(&s, "TresPerNode="), "gres:mps:t4:35", "{s}");
+    assert!(
+        s.contains("AdminComment=heshare: type=t4 share=35 clock=300 reason=35% MPS share of a t4"),
+        "{s}"
+    );
+    assert_eq!(field(&s, "Nice="), "-5", "{s}");
+    assert_eq!(field(&s, "NodeList="), "ht4");
+    let out = c.read(&format!("infer-{infer}.out"));
+    assert!(out.starts_with("mps=35\n"), "{out}");
+    assert!(
+        out.contains("_heshare_gpu_class=vit-infer") && out.contains("_heshare_gpu_share=auto"),
+        "{out}"
+    );
+
+    let s = c.wait_done(&train);
+    assert_eq!(field(&s, "TresPerNode="), "gres:gpu:a100:1", "{s}");
+    assert!(
+        s.contains("AdminComment=heshare: type=a100 share=exclusive clock=900"),
+        "{s}"
+    );
+    assert_eq!(field(&s, "Nice="), "-20", "{s}");
+    assert_eq!(field(&s, "NodeList="), "ha100");
+
+    let s = c.wait_done(&cpu);
+    assert!(
+        !s.contains("AdminComment=") && field(&s, "TresPerNode=").is_empty(),
+        "{s}"
+    );
+
+    // Bad option values stop sbatch itself, naming the option and what it allows.
+    let (ok, _, err) = c.run(
+        "sbatch",
+        &["--gres=gpu:1", "--gpu-share=0", "--wrap", "true"],
+    );
+    assert!(
+        !ok && err
+            .contains("heshare: --gpu-share: \"0\" is not auto, exclusive or a percentage 1..=100"),
+        "{err}"
+    );
+    let (ok, _, err) = c.run(
+        "sbatch",
+        &[
+            "--gres=gpu:1",
+            "--gpu-class=bert-train",
+            "--energy-policy=green",
+            "--wrap",
+            "true",
+        ],
+    );
+    assert!(
+        !ok && err.contains("--energy-policy: \"green\" is not performance, balanced or energy"),
+        "{err}"
+    );
+    // Requests the plugin must refuse come back with its reason.
+    let (ok, _, err) = c.run(
+        "sbatch",
+        &[
+            "--gres=gpu:1",
+            "--gpu-class=no-such-class",
+            "--wrap",
+            "true",
+        ],
+    );
+    assert!(
+        !ok && err.contains("heshare: --gpu-class: unknown class \"no-such-class\""),
+        "{err}"
+    );
+    let (ok, _, err) = c.run("sbatch", &["--gpu-class=vit-infer", "--wrap", "true"]);
+    assert!(!ok && err.contains("need a GPU request"), "{err}");
+    // A GPU type the catalog does not know is left to Slurm, which rejects it on its own terms.
+    let (ok, _, err) = c.run(
+        "sbatch",
+        &[
+            "--gres=gpu:rtx9000:1",
+            "--gpu-class=vit-infer",
+            "--wrap",
+            "true",
+        ],
+    );
+    assert!(!ok && !err.contains("heshare"), "{err}");
+
+    assert!(alive(&ctld), "slurmctld died during the test");
+}
+
+#[test]
+fn a_broken_config_stops_slurmctld_at_init_naming_file_line_and_field() {
+    let plugin = plugin_path();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bad = dir.path().join("heshare.toml");
+    let text = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("slurm-conf/heshare.toml"),
+    )
+    .expect("shipped config");
+    std::fs::write(
+        &bad,
+        text.replacen(
+            "default_sm_clock_mhz = 1410",
+            "default_sm_clock_mhz = 1420",
+            1,
+        ),
+    )
+    .expect("write");
+    let r = Cluster::try_start(
+        "broken",
+        &[
+            ("HESHARE_PLUGIN", plugin.to_str().expect("utf-8")),
+            ("HESHARE_CONFIG", bad.to_str().expect("utf-8")),
+        ],
+    );
+    let out = match r {
+        Ok(c) => panic!(
+            "slurmctld started with a broken heshare.toml:\n{}",
+            c.read("log/slurmctld.log")
+        ),
+        Err(o) => String::from_utf8_lossy(&o.stderr).into_owned(),
+    };
+    assert!(
+        out.contains(&format!(
+            "heshare: {}:126: gpu.a100.default_sm_clock_mhz: 1420 MHz is not a supported clock",
+            bad.display()
+        )),
+        "{out}"
+    );
+}
