@@ -122,6 +122,14 @@ CONF
     # The same file is the SPANK plugin that gives sbatch --gpu-share/--gpu-class/--energy-policy.
     echo "required $dir/lib/job_submit_heshare.so" > "$dir/etc/plugstack.conf"
   fi
+  # A Prolog that records what each job's Prolog sees (the plugin's SPANK_HESHARE_* entries).
+  cat > "$dir/etc/prolog.sh" <<PROLOG
+#!/bin/sh
+env | sort > "$dir/log/prolog-\$SLURM_JOB_ID.env"
+exit 0
+PROLOG
+  chmod 0755 "$dir/etc/prolog.sh"
+  printf 'Prolog=%s\n' "$dir/etc/prolog.sh" >> "$conf"
   cat > "$dir/etc/gres.conf" <<GRES
 AutoDetect=off
 NodeName=ha100 Name=gpu Type=a100 File=$dir/dev/nvidia[0-1]

@@ -15,6 +15,7 @@ fn heshare(args: &[&str]) -> Output {
     Command::new(BIN)
         .args(args)
         .env_remove("HESHARE_CONFIG")
+        .env("HESHARE_SYSTEM_CONFIG", "/nonexistent/heshare.toml")
         .output()
         .expect("the heshare binary runs")
 }

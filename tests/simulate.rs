@@ -23,6 +23,7 @@ fn placement_mode_reproduces_fgd_and_bestfit_within_one_point() {
         ])
         .arg(&json)
         .env_remove("HESHARE_CONFIG")
+        .env("HESHARE_SYSTEM_CONFIG", "/nonexistent/heshare.toml")
         .output()
         .expect("heshare runs");
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
@@ -86,6 +87,7 @@ fn time_mode_compares_all_seven_schedulers_and_writes_json_and_svg() {
         .arg("--plot")
         .arg(&svg)
         .env_remove("HESHARE_CONFIG")
+        .env("HESHARE_SYSTEM_CONFIG", "/nonexistent/heshare.toml")
         .output()
         .expect("heshare runs");
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));

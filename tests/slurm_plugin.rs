@@ -5,6 +5,13 @@ mod common;
 
 use common::{Cluster, alive, plugin_path};
 
+fn shipped() -> String {
+    std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("slurm-conf/heshare.toml"),
+    )
+    .expect("shipped config")
+}
+
 fn field<'a>(show: &'a str, key: &str) -> &'a str {
     show.split_whitespace()
         .find_map(|w| w.strip_prefix(key))
@@ -15,9 +22,16 @@ fn field<'a>(show: &'a str, key: &str) -> &'a str {
 fn the_plugin_places_shares_and_whole_gpus_and_rejects_bad_input() {
     let plugin = plugin_path();
     assert!(plugin.exists(), "{} was not built", plugin.display());
+    // The plugin's configuration: a copy of the shipped one the test may edit.
+    let cfg_dir = tempfile::tempdir().expect("tempdir");
+    let cfg_path = cfg_dir.path().join("heshare.toml");
+    std::fs::write(&cfg_path, shipped()).expect("write");
     let c = Cluster::start(
         "plugin",
-        &[("HESHARE_PLUGIN", plugin.to_str().expect("utf-8"))],
+        &[
+            ("HESHARE_PLUGIN", plugin.to_str().expect("utf-8")),
+            ("HESHARE_CONFIG", cfg_path.to_str().expect("utf-8")),
+        ],
     );
     let ctld = c.slurmctld_pid();
     assert!(
@@ -54,6 +68,21 @@ fn the_plugin_places_shares_and_whole_gpus_and_rejects_bad_input() {
         out.contains("_heshare_gpu_class=vit-infer") && out.contains("_heshare_gpu_share=auto"),
         "{out}"
     );
+
+    // The decision reaches the node side: the Prolog sees the plugin's entries as SPANK_HESHARE_*.
+    let prolog = c.read(&format!("log/prolog-{infer}.env"));
+    for want in [
+        "SPANK_HESHARE_CLASS=vit-infer",
+        "SPANK_HESHARE_GPU_TYPE=t4",
+        "SPANK_HESHARE_SHARE=35",
+        "SPANK_HESHARE_SM_CLOCK_MHZ=300",
+        "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=35",
+    ] {
+        assert!(
+            prolog.lines().any(|l| l == want),
+            "the Prolog did not see {want}:\n{prolog}"
+        );
+    }
 
     let s = c.wait_done(&train);
     assert_eq!(field(&s, "TresPerNode="), "gres:gpu:a100:1", "{s}");
@@ -122,7 +151,44 @@ fn the_plugin_places_shares_and_whole_gpus_and_rejects_bad_input() {
     );
     assert!(!ok && !err.contains("heshare"), "{err}");
 
+    // An edit to heshare.toml takes effect at the next submission (here: a smaller nice range),
+    // and a broken edit is logged while the previous configuration stays in force.
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    std::fs::write(
+        &cfg_path,
+        shipped().replacen("nice_range = 100", "nice_range = 10", 1),
+    )
+    .expect("write");
+    let again = c.sbatch(&["--gres=gpu:1", "--gpu-class=bert-train", "--wrap", "true"]);
+    let s = c.wait_done(&again);
+    assert_eq!(
+        (field(&s, "TresPerNode="), field(&s, "Nice=")),
+        ("gres:gpu:a100:1", "-2"),
+        "{s}"
+    );
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    std::fs::write(
+        &cfg_path,
+        shipped().replacen("nice_range = 100", "nice_range = -3", 1),
+    )
+    .expect("write");
+    let kept = c.sbatch(&["--gres=gpu:1", "--gpu-class=bert-train", "--wrap", "true"]);
+    let s = c.wait_done(&kept);
+    assert_eq!(
+        field(&s, "Nice="),
+        "-2",
+        "the last good configuration stays: {s}"
+    );
+    assert!(
+        c.read("log/slurmctld.log").contains("heshare.toml:"),
+        "the broken edit is logged with its line"
+    );
+
     assert!(alive(&ctld), "slurmctld died during the test");
+    assert!(
+        !c.read("log/slurmctld.log").contains("heshare: panic"),
+        "a panic was logged"
+    );
 }
 
 #[test]

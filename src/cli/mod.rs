@@ -23,7 +23,8 @@ pub const BUNDLED_CONFIG: &str = include_str!(concat!(
     "/slurm-conf/heshare.toml"
 ));
 const BUNDLED_NAME: &str = "slurm-conf/heshare.toml (bundled)";
-/// Where an installed cluster keeps its configuration.
+/// Where an installed cluster keeps its configuration ($HESHARE_SYSTEM_CONFIG overrides it, so
+/// tests on a machine with heshare installed still see the bundled default).
 const SYSTEM_CONFIG: &str = "/etc/slurm/heshare.toml";
 
 #[derive(Parser, Debug)]
@@ -182,7 +183,8 @@ pub fn main() -> ExitCode {
 fn load_config(explicit: &Option<PathBuf>) -> Result<(Config, String)> {
     let from_env = std::env::var_os("HESHARE_CONFIG").map(PathBuf::from);
     let path = explicit.clone().or(from_env).or_else(|| {
-        let p = PathBuf::from(SYSTEM_CONFIG);
+        let p = std::env::var_os("HESHARE_SYSTEM_CONFIG")
+            .map_or_else(|| PathBuf::from(SYSTEM_CONFIG), PathBuf::from);
         p.exists().then_some(p)
     });
     match path {

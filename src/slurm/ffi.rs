@@ -175,6 +175,15 @@ impl Host {
 struct Loaded {
     cfg: Config,
     present: Vec<usize>,
+    /// heshare.toml and its modification time when loaded: an edit is picked up at the next
+    /// submission (slurmctld 22.05 does not re-run a job_submit plugin's init on
+    /// `scontrol reconfigure` unless JobSubmitPlugins itself changed).
+    path: std::path::PathBuf,
+    modified: Option<std::time::SystemTime>,
+}
+
+fn modified(path: &Path) -> Option<std::time::SystemTime> {
+    std::fs::metadata(path).and_then(|m| m.modified()).ok()
 }
 
 fn host() -> Option<Host> {
@@ -208,10 +217,24 @@ fn guarded(what: &str, on_panic: c_int, f: impl FnOnce() -> c_int) -> c_int {
     }
 }
 
+/// Sends panic messages to slurmctld's log instead of stderr (which slurmctld may have closed);
+/// `catch_unwind` then turns the panic into an unchanged job.
+fn install_panic_hook() {
+    static ONCE: OnceLock<()> = OnceLock::new();
+    ONCE.get_or_init(|| {
+        std::panic::set_hook(Box::new(|info| {
+            if let Some(h) = host() {
+                h.log(true, &format!("heshare: panic: {info}"));
+            }
+        }));
+    });
+}
+
 fn load() -> Result<Loaded, String> {
     let path = std::env::var_os("HESHARE_CONFIG")
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|| "/etc/slurm/heshare.toml".into());
+    let stamp = modified(&path);
     let cfg = Config::load(&path).map_err(|e| e.to_string())?;
     let slurm_conf = std::env::var_os("SLURM_CONF")
         .map(std::path::PathBuf::from)
@@ -220,7 +243,42 @@ fn load() -> Result<Loaded, String> {
         Ok(text) => present_types(&text, &cfg, &slurm_conf)?,
         Err(_) => (0..cfg.gpu_types.len()).collect(),
     };
-    Ok(Loaded { cfg, present })
+    Ok(Loaded {
+        cfg,
+        present,
+        path,
+        modified: stamp,
+    })
+}
+
+/// Reloads heshare.toml when it changed since it was loaded; a broken edit is logged with
+/// file:line:field and the previous configuration stays in force.
+fn refresh(h: &Host, slot: &mut Option<Loaded>) {
+    let Some(current) = slot.as_ref() else { return };
+    let now = modified(&current.path);
+    if now == current.modified {
+        return;
+    }
+    match load() {
+        Ok(l) => {
+            h.log(
+                false,
+                &format!("heshare: {} changed, reloaded", l.path.display()),
+            );
+            *slot = Some(l);
+        }
+        Err(e) => {
+            for line in e.lines() {
+                h.log(
+                    true,
+                    &format!("heshare: {line} (keeping the previous configuration)"),
+                );
+            }
+            if let Some(c) = slot.as_mut() {
+                c.modified = now;
+            }
+        }
+    }
 }
 
 /// The catalog types named by `Gres=gpu:TYPE:N` in slurm.conf; an unknown type is an error so
@@ -264,6 +322,7 @@ pub extern "C" fn init() -> c_int {
             return SLURM_SUCCESS;
         }
         let Some(h) = host() else { return SLURM_ERROR };
+        install_panic_hook();
         match load() {
             Ok(l) => {
                 let names: Vec<&str> = l
@@ -358,10 +417,11 @@ pub unsafe extern "C" fn job_submit(
                 return SLURM_SUCCESS;
             }
         };
-        let guard = match state().lock() {
+        let mut guard = match state().lock() {
             Ok(g) => g,
             Err(p) => p.into_inner(),
         };
+        refresh(&h, &mut guard);
         let Some(loaded) = guard.as_ref() else {
             return SLURM_SUCCESS;
         };
