@@ -68,3 +68,20 @@ struct spank_option *hs_spank_option(int i) { return &hs_options[i]; }
 int hs_spank_ctx_allocator(void) { return S_CTX_ALLOCATOR; }
 int hs_spank_ctx_local(void) { return S_CTX_LOCAL; }
 int hs_spank_ctx_remote(void) { return S_CTX_REMOTE; }
+
+/* For tests of the exported entry points: a zeroed job description as slurm_init_job_desc_msg
+ * leaves the fields heshare reads (nice and user_id unset), and its release. Fields are freed
+ * with the allocator the test installed. */
+#include <stdlib.h>
+
+job_desc_msg_t *hs_test_job_desc_new(void)
+{
+	job_desc_msg_t *d = calloc(1, sizeof(*d));
+	if (d) {
+		d->nice = NO_VAL;
+		d->user_id = NO_VAL;
+	}
+	return d;
+}
+
+void hs_test_job_desc_free(job_desc_msg_t *d) { free(d); }

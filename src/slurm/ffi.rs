@@ -41,7 +41,6 @@ struct JobView {
 }
 
 unsafe extern "C" {
-    fn hs_job_view_fill(desc: *const c_void, out: *mut JobView);
     fn hs_job_tres_per_node(desc: *mut c_void) -> *mut *mut c_char;
     fn hs_job_admin_comment(desc: *mut c_void) -> *mut *mut c_char;
     fn hs_job_spank_env(desc: *mut c_void) -> *mut *mut *mut c_char;
@@ -186,9 +185,14 @@ fn modified(path: &Path) -> Option<std::time::SystemTime> {
     std::fs::metadata(path).and_then(|m| m.modified()).ok()
 }
 
+static HOST: OnceLock<Option<Host>> = OnceLock::new();
+
 fn host() -> Option<Host> {
-    static HOST: OnceLock<Option<Host>> = OnceLock::new();
     *HOST.get_or_init(Host::find)
+}
+
+unsafe extern "C" {
+    fn hs_job_view_fill(desc: *const c_void, out: *mut JobView);
 }
 
 fn state() -> &'static Mutex<Option<Loaded>> {
@@ -578,4 +582,236 @@ pub extern "C" fn hs_spank_option_cb(val: c_int, optarg: *const c_char, _remote:
             }
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    //! The exported `job_submit` driven with 10,000 random and malformed job descriptions (odd
+    //! GRES strings, huge counts, nulls, bad UTF-8, junk SPANK entries), with stand-ins for
+    //! Slurm's allocator and log: it must never panic, crash or leave the description broken.
+
+    use super::*;
+    use crate::cli::BUNDLED_CONFIG;
+    use crate::sim::rng::SplitMix;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    unsafe extern "C" {
+        fn hs_test_job_desc_new() -> *mut c_void;
+        fn hs_test_job_desc_free(desc: *mut c_void);
+    }
+
+    static LOGGED: AtomicUsize = AtomicUsize::new(0);
+
+    // Slurm's log functions are variadic; heshare always calls them with ("%s", msg), which a
+    // two-argument C function receives unchanged on the C ABI.
+    unsafe extern "C" fn fake_log(_fmt: *const c_char, _msg: *const c_char) {
+        LOGGED.fetch_add(1, Ordering::Relaxed);
+    }
+    unsafe extern "C" fn fake_strdup(s: *const c_char) -> *mut c_char {
+        // SAFETY: s is a NUL-terminated string from heshare.
+        unsafe { libc::strdup(s) }
+    }
+    unsafe extern "C" fn fake_free(p: *mut *mut c_void) {
+        // SAFETY: p points to a pointer from malloc/strdup or null.
+        unsafe {
+            libc::free(*p);
+            *p = std::ptr::null_mut();
+        }
+    }
+    unsafe extern "C" fn fake_recalloc(
+        p: *mut *mut c_void,
+        cnt: usize,
+        size: usize,
+        clear: bool,
+        _try: bool,
+        _f: *const c_char,
+        _l: c_int,
+        _fun: *const c_char,
+    ) -> *mut c_void {
+        // SAFETY: a calloc'd replacement with the old bytes copied in, as xrecalloc promises.
+        unsafe {
+            let new = libc::calloc(cnt, size);
+            if !(*p).is_null() {
+                let old = libc::malloc_usable_size(*p).min(cnt * size);
+                std::ptr::copy_nonoverlapping((*p).cast::<u8>(), new.cast::<u8>(), old);
+                libc::free(*p);
+            }
+            let _ = clear;
+            *p = new;
+            new
+        }
+    }
+
+    fn install() {
+        let log: LogFn = {
+            // SAFETY: see fake_log: called only as f("%s", msg).
+            unsafe {
+                std::mem::transmute::<unsafe extern "C" fn(*const c_char, *const c_char), LogFn>(
+                    fake_log,
+                )
+            }
+        };
+        let _ = HOST.set(Some(Host {
+            info: log,
+            error: log,
+            xstrdup: fake_strdup,
+            xfree: fake_free,
+            xrecalloc: fake_recalloc,
+        }));
+        let cfg = Config::parse(BUNDLED_CONFIG, Path::new("h.toml")).expect("valid");
+        let present = (0..cfg.gpu_types.len()).collect();
+        if let Ok(mut s) = state().lock() {
+            *s = Some(Loaded {
+                cfg,
+                present,
+                path: std::path::PathBuf::new(),
+                modified: None,
+            });
+        }
+    }
+
+    /// A random byte string without NUL, often shaped like a GRES spec, sometimes not UTF-8.
+    fn junk(rng: &mut SplitMix) -> Vec<u8> {
+        const PIECES: [&str; 18] = [
+            "gres:",
+            "gres/",
+            "gpu",
+            "mps",
+            "shard",
+            ":",
+            ",",
+            ";",
+            "=",
+            "a100",
+            "t4",
+            "h100",
+            "v100m16",
+            "1",
+            "35",
+            "99999999999",
+            "-1",
+            "0",
+        ];
+        let mut out = Vec::new();
+        for _ in 0..rng.below(8) {
+            if rng.below(6) == 0 {
+                out.push(u8::try_from(1 + rng.below(255)).unwrap_or(1));
+            } else {
+                out.extend_from_slice(PIECES[rng.below(PIECES.len())].as_bytes());
+            }
+        }
+        out
+    }
+
+    fn c_alloc(bytes: &[u8]) -> *mut c_char {
+        let c = CString::new(bytes.to_vec()).unwrap_or_default();
+        // SAFETY: strdup of a NUL-terminated string.
+        unsafe { libc::strdup(c.as_ptr()) }
+    }
+
+    #[test]
+    fn ten_thousand_malformed_requests_never_break_job_submit() {
+        install();
+        let mut rng = SplitMix::new(20_261_202);
+        let mut rewritten = 0;
+        let mut rejected = 0;
+        for _ in 0..10_000 {
+            // SAFETY: a fresh zeroed job description from the shim, filled with malloc'd
+            // strings as Slurm would, freed below with the same allocator.
+            unsafe {
+                let d = hs_test_job_desc_new();
+                assert!(!d.is_null());
+                let tres = hs_job_tres_per_node(d);
+                *tres = match rng.below(4) {
+                    0 => std::ptr::null_mut(),
+                    1 => c_alloc(format!("gres:gpu:{}", rng.below(3)).as_bytes()),
+                    _ => c_alloc(&junk(&mut rng)),
+                };
+                // Half the jobs carry a valid class first, so valid requests are well covered too.
+                let valid_class = rng.below(2) == 0;
+                let n = rng.below(5) + usize::from(valid_class);
+                let env = hs_job_spank_env(d);
+                if n > 0 {
+                    *env = libc::calloc(n + 1, std::mem::size_of::<*mut c_char>())
+                        .cast::<*mut c_char>();
+                    if valid_class {
+                        *(*env) = c_alloc(b"_SLURM_SPANK_OPTION_heshare_gpu_class=vit-infer");
+                    }
+                    for k in usize::from(valid_class)..n {
+                        let key = ["gpu_share", "gpu_class", "energy_policy", "nope"][rng.below(4)];
+                        let value: Vec<u8> = match rng.below(3) {
+                            0 => [
+                                "auto",
+                                "exclusive",
+                                "35",
+                                "vit-infer",
+                                "bert-train",
+                                "energy",
+                            ][rng.below(6)]
+                            .as_bytes()
+                            .to_vec(),
+                            _ => junk(&mut rng),
+                        };
+                        let mut entry = format!("_SLURM_SPANK_OPTION_heshare_{key}=").into_bytes();
+                        entry.extend(value);
+                        *(*env).add(k) = if rng.below(10) == 0 {
+                            std::ptr::null_mut()
+                        } else {
+                            c_alloc(&entry)
+                        };
+                    }
+                    *hs_job_spank_env_size(d) = u32::try_from(n).unwrap_or(0);
+                }
+                if rng.below(3) == 0 {
+                    *hs_job_nice(d) = hs_nice_offset()
+                        .wrapping_add(u32::try_from(rng.below(200)).unwrap_or(0))
+                        .wrapping_sub(100);
+                }
+                let mut err: *mut c_char = std::ptr::null_mut();
+                let rc = job_submit(d, 1000, &mut err);
+                assert!(
+                    rc == SLURM_SUCCESS || rc == hs_eslurm_invalid_gres(),
+                    "rc {rc}"
+                );
+                if rc == SLURM_SUCCESS {
+                    assert!(err.is_null());
+                } else {
+                    assert!(
+                        !err.is_null() && c_str(err).is_some_and(|m| m.starts_with("heshare: "))
+                    );
+                    rejected += 1;
+                    libc::free(err.cast());
+                }
+                if c_str(*hs_job_admin_comment(d)).is_some_and(|c| c.starts_with("heshare: type="))
+                {
+                    // A rewrite leaves a request Slurm (and heshare) can read back.
+                    let now = c_str(*tres);
+                    let ask = super::super::request::parse_tres_per_node(now.as_deref());
+                    assert!(matches!(ask, Ok(Some(_))), "{now:?}");
+                    let nice = *hs_job_nice(d);
+                    assert!(
+                        nice != hs_no_val()
+                            && (i64::from(nice) - i64::from(hs_nice_offset())).abs() <= 200,
+                        "nice {nice}"
+                    );
+                    rewritten += 1;
+                }
+                let size = *hs_job_spank_env_size(d) as usize;
+                assert!(size == 0 || !(*env).is_null());
+                for k in 0..size {
+                    libc::free((*(*env).add(k)).cast());
+                }
+                libc::free((*env).cast());
+                libc::free((*tres).cast());
+                libc::free((*hs_job_admin_comment(d)).cast());
+                hs_test_job_desc_free(d);
+            }
+        }
+        assert!(
+            rewritten > 100,
+            "only {rewritten} requests were rewritten: the generator misses the valid space"
+        );
+        assert!(rejected > 100, "only {rejected} requests were rejected");
+        assert!(LOGGED.load(Ordering::Relaxed) > 0);
+    }
 }
