@@ -43,32 +43,6 @@ uint32_t hs_nice_offset(void) { return NICE_OFFSET; }
 uint32_t hs_no_val(void) { return NO_VAL; }
 int hs_eslurm_invalid_gres(void) { return ESLURM_INVALID_GRES; }
 
-/*
- * SPANK options for sbatch/srun/salloc, laid out by <slurm/spank.h> itself. Slurm keeps a
- * pointer to each registered option, so they live in static storage. The callback is Rust's.
- */
-#include <slurm/spank.h>
-
-extern int hs_spank_option_cb(int val, const char *optarg, int remote);
-
-static struct spank_option hs_options[] = {
-	{ "gpu-share", "auto|exclusive|PCT",
-	  "heshare: let heshare size the GPU share (auto), keep whole GPUs (exclusive), or ask for PCT (1-100) percent of one GPU through MPS",
-	  1, 0, hs_spank_option_cb },
-	{ "gpu-class", "NAME",
-	  "heshare: the job class (from heshare.toml) heshare predicts the job with, e.g. bert-train",
-	  1, 1, hs_spank_option_cb },
-	{ "energy-policy", "performance|balanced|energy",
-	  "heshare: trade-off for this job: fastest, the cluster's default, or least energy",
-	  1, 2, hs_spank_option_cb },
-};
-
-int hs_spank_option_count(void) { return (int)(sizeof(hs_options) / sizeof(hs_options[0])); }
-struct spank_option *hs_spank_option(int i) { return &hs_options[i]; }
-int hs_spank_ctx_allocator(void) { return S_CTX_ALLOCATOR; }
-int hs_spank_ctx_local(void) { return S_CTX_LOCAL; }
-int hs_spank_ctx_remote(void) { return S_CTX_REMOTE; }
-
 /* For tests of the exported entry points: a zeroed job description as slurm_init_job_desc_msg
  * leaves the fields heshare reads (nice and user_id unset), and its release. Fields are freed
  * with the allocator the test installed. */

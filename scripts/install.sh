@@ -3,8 +3,9 @@
 #
 #   scripts/install.sh [PREFIX]        (default /opt/heshare)
 #
-# Installs PREFIX/bin/heshare, PREFIX/lib/job_submit_heshare.so (the job_submit plugin, also
-# the SPANK plugin for sbatch/srun) and, if absent, /etc/slurm/heshare.toml. Needs the Slurm
+# Installs PREFIX/bin/heshare, PREFIX/lib/job_submit_heshare.so (the job_submit plugin),
+# PREFIX/lib/spank_heshare.so (the SPANK plugin for the sbatch/srun/salloc options) and, if
+# absent, /etc/slurm/heshare.toml. Needs the Slurm
 # headers of the Slurm it will run in (Debian: libslurm-dev): the plugin is built against them.
 set -euo pipefail
 prefix=${1:-/opt/heshare}
@@ -15,20 +16,21 @@ cargo build --release --locked
 install -d "$prefix/bin" "$prefix/lib"
 install -m 0755 target/release/heshare "$prefix/bin/heshare"
 install -m 0755 target/release/libheshare.so "$prefix/lib/job_submit_heshare.so"
+cc -shared -fPIC -O2 -o "$prefix/lib/spank_heshare.so" c_shim/spank_heshare.c
 if [ ! -e /etc/slurm/heshare.toml ] && [ -w /etc/slurm ] 2>/dev/null; then
   install -m 0644 slurm-conf/heshare.toml /etc/slurm/heshare.toml
   echo "installed /etc/slurm/heshare.toml (edit the catalog to match your GPUs; check with heshare check-config)"
 fi
 sys=$(dirname "$(find /usr/lib /usr/lib64 -name select_cons_tres.so -print -quit 2>/dev/null)")
 cat <<LINES
-installed $prefix/bin/heshare and $prefix/lib/job_submit_heshare.so
+installed $prefix/bin/heshare, $prefix/lib/job_submit_heshare.so and $prefix/lib/spank_heshare.so
 
 Add to slurm.conf (keep your existing PluginDir first; JobSubmitPlugins may list others too):
   PluginDir=${sys:-/usr/lib/x86_64-linux-gnu/slurm-wlm}:$prefix/lib
   JobSubmitPlugins=heshare
 
 Add to plugstack.conf (gives sbatch/srun/salloc --gpu-share, --gpu-class, --energy-policy):
-  required $prefix/lib/job_submit_heshare.so
+  required $prefix/lib/spank_heshare.so
 
 Then: $prefix/bin/heshare check-config --slurm-conf /etc/slurm/slurm.conf
 and restart slurmctld.

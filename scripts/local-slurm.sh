@@ -12,7 +12,8 @@
 # Fake GPUs are character devices (slurmd refuses plain files); ports come from
 # $HESHARE_SLURM_PORT (default 17817: slurmctld, +1.. for each slurmd).
 # With HESHARE_PLUGIN=path/to/libheshare.so the cluster loads it as job_submit/heshare, with
-# $HESHARE_CONFIG (default: the repository's slurm-conf/heshare.toml) as its configuration.
+# $HESHARE_CONFIG (default: the repository's slurm-conf/heshare.toml) as its configuration, and
+# builds c_shim/spank_heshare.c as the SPANK plugin for the heshare sbatch options.
 set -euo pipefail
 
 cmd=${1:-}
@@ -119,8 +120,10 @@ CONF
     install -d "$dir/lib"
     install -m 0755 "$HESHARE_PLUGIN" "$dir/lib/job_submit_heshare.so"
     printf 'PluginDir=%s:%s\nJobSubmitPlugins=heshare\nPlugStackConfig=%s\n' "$sys" "$dir/lib" "$dir/etc/plugstack.conf" >> "$conf"
-    # The same file is the SPANK plugin that gives sbatch --gpu-share/--gpu-class/--energy-policy.
-    echo "required $dir/lib/job_submit_heshare.so" > "$dir/etc/plugstack.conf"
+    # The small SPANK plugin that gives sbatch --gpu-share/--gpu-class/--energy-policy.
+    cc -shared -fPIC -O2 -o "$dir/lib/spank_heshare.so" "$(dirname "$0")/../c_shim/spank_heshare.c" \
+      || die "cannot build c_shim/spank_heshare.c (needs a C compiler and libslurm-dev)"
+    echo "required $dir/lib/spank_heshare.so" > "$dir/etc/plugstack.conf"
   fi
   # A Prolog that records what each job's Prolog sees (the plugin's SPANK_HESHARE_* entries).
   cat > "$dir/etc/prolog.sh" <<PROLOG

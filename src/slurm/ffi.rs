@@ -16,8 +16,7 @@ use std::sync::{Mutex, OnceLock};
 
 include!(concat!(env!("OUT_DIR"), "/slurm_version.rs"));
 
-/// The plugin's name, a C char array as the plugin loader expects. SPANK builds option
-/// variable names from it (`_SLURM_SPANK_OPTION_heshare_gpu_class`), so it stays one word.
+/// The plugin's name, a C char array as the plugin loader expects.
 #[unsafe(no_mangle)]
 pub static plugin_name: [u8; 8] = *b"heshare\0";
 #[unsafe(no_mangle)]
@@ -49,11 +48,6 @@ unsafe extern "C" {
     fn hs_nice_offset() -> u32;
     fn hs_no_val() -> u32;
     fn hs_eslurm_invalid_gres() -> c_int;
-    fn hs_spank_option_count() -> c_int;
-    fn hs_spank_option(i: c_int) -> *mut c_void;
-    fn hs_spank_ctx_allocator() -> c_int;
-    fn hs_spank_ctx_local() -> c_int;
-    fn hs_spank_ctx_remote() -> c_int;
 }
 
 type LogFn = unsafe extern "C" fn(*const c_char, ...);
@@ -311,14 +305,14 @@ fn present_types(text: &str, cfg: &Config, file: &Path) -> Result<Vec<usize>, St
     Ok(present)
 }
 
-/// Whether this process is slurmctld. The spank_* API lives in libslurmfull, which every daemon
-/// loads, so it cannot tell; slurmctld's own exported globals can.
+/// Whether this process is slurmctld: slurmctld's own exported globals tell (the spank_* API
+/// lives in libslurmfull, which every Slurm process loads, so it cannot).
 fn in_slurmctld() -> bool {
     lookup(c"job_list").is_some() && lookup(c"last_job_update").is_some()
 }
 
-/// Called by slurmctld when it loads the plugin and at `scontrol reconfigure`; also by the
-/// SPANK loader in sbatch/srun/slurmstepd, where there is nothing to load.
+/// Called by slurmctld when it loads the plugin. Anywhere else (a misconfigured plugstack.conf
+/// naming this file instead of spank_heshare.so) it loads nothing and succeeds.
 #[unsafe(no_mangle)]
 pub extern "C" fn init() -> c_int {
     guarded("init", SLURM_ERROR, || {
@@ -500,88 +494,6 @@ fn unsafe_no_val() -> u32 {
 #[unsafe(no_mangle)]
 pub extern "C" fn job_modify(_desc: *mut c_void, _job_ptr: *mut c_void, _submit_uid: u32) -> c_int {
     SLURM_SUCCESS
-}
-
-type SpankRegisterFn = unsafe extern "C" fn(*mut c_void, *mut c_void) -> c_int;
-type SpankContextFn = unsafe extern "C" fn() -> c_int;
-
-/// SPANK entry point: registers `--gpu-share`, `--gpu-class` and `--energy-policy` in the
-/// contexts that parse options (sbatch/salloc, srun, and slurmstepd which receives them).
-///
-/// # Safety
-/// Called by Slurm's SPANK loader with its own handle.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn slurm_spank_init(
-    sp: *mut c_void,
-    _ac: c_int,
-    _av: *mut *mut c_char,
-) -> c_int {
-    guarded("slurm_spank_init", 0, || {
-        let (Some(reg), Some(ctx)) = (lookup(c"spank_option_register"), lookup(c"spank_context"))
-        else {
-            return 0;
-        };
-        // SAFETY: Slurm's spank_option_register and spank_context with their spank.h signatures.
-        let (reg, ctx) = unsafe {
-            (
-                std::mem::transmute::<*mut c_void, SpankRegisterFn>(reg),
-                std::mem::transmute::<*mut c_void, SpankContextFn>(ctx),
-            )
-        };
-        // SAFETY: plain calls returning ints; the shim's constants come from spank.h.
-        let (now, wanted) = unsafe {
-            (
-                ctx(),
-                [
-                    hs_spank_ctx_allocator(),
-                    hs_spank_ctx_local(),
-                    hs_spank_ctx_remote(),
-                ],
-            )
-        };
-        if !wanted.contains(&now) {
-            return 0;
-        }
-        // SAFETY: the shim hands out its static spank_option table; Slurm keeps the pointers,
-        // which stay valid for the life of the process.
-        unsafe {
-            for i in 0..hs_spank_option_count() {
-                let rc = reg(sp, hs_spank_option(i));
-                if rc != 0 {
-                    return rc;
-                }
-            }
-        }
-        0
-    })
-}
-
-/// Validates a heshare option's value as sbatch parses it; a bad value stops the submission
-/// with a message naming the option and the allowed values.
-#[unsafe(no_mangle)]
-pub extern "C" fn hs_spank_option_cb(val: c_int, optarg: *const c_char, _remote: c_int) -> c_int {
-    guarded("option callback", -1, || {
-        let arg = c_str(optarg).unwrap_or_default();
-        let problem = match val {
-            0 => crate::cli::parse_share(&arg).err().map(|e| format!("--gpu-share: {e}")),
-            1 => (arg.is_empty() || !arg.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')))
-                .then(|| format!("--gpu-class: \"{arg}\" is not a job class name (letters, digits, '-', '_', '.')")),
-            2 => (!matches!(arg.as_str(), "performance" | "balanced" | "energy"))
-                .then(|| format!("--energy-policy: \"{arg}\" is not performance, balanced or energy")),
-            _ => None,
-        };
-        match problem {
-            None => 0,
-            Some(msg) => {
-                if let Some(h) = host() {
-                    h.log(true, &format!("heshare: {msg}"));
-                } else {
-                    eprintln!("heshare: {msg}");
-                }
-                -1
-            }
-        }
-    })
 }
 
 #[cfg(test)]
