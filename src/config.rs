@@ -652,6 +652,36 @@ pub fn check_slurm_gres(slurm_conf: &str, cfg: &Config) -> Vec<GresFinding> {
     out
 }
 
+/// The catalog GPU types a slurm.conf's `Gres=gpu:TYPE:N` lines name, each with the most GPUs
+/// of it on one node (catalog index, count), in catalog order. Unknown types are left out
+/// (`check_slurm_gres` reports them).
+pub fn slurm_gpu_types(slurm_conf: &str, cfg: &Config) -> Vec<(usize, u32)> {
+    let mut max = vec![0u32; cfg.gpu_types.len()];
+    for line in slurm_conf.lines() {
+        let content = line.split('#').next().unwrap_or("");
+        for token in content.split_whitespace() {
+            let Some((key, value)) = token.split_once('=') else {
+                continue;
+            };
+            if !key.eq_ignore_ascii_case("gres") {
+                continue;
+            }
+            for spec in split_gres_list(value) {
+                let parts: Vec<&str> = spec.split(':').collect();
+                if let ["gpu", ty, count] = parts.as_slice() {
+                    if let (Some(t), Ok(n)) = (cfg.gpu_type(ty), count.parse::<u32>()) {
+                        max[t] = max[t].max(n);
+                    }
+                }
+            }
+        }
+    }
+    max.into_iter()
+        .enumerate()
+        .filter(|&(_, n)| n > 0)
+        .collect()
+}
+
 /// Splits `gpu:a100:2(S:0-1),mps:200` on the commas that are outside parentheses.
 fn split_gres_list(value: &str) -> Vec<&str> {
     let mut out = Vec::new();
@@ -793,5 +823,7 @@ memory_gib = 8
         assert_eq!(f[1].line, 4);
         assert!(f[1].message.contains("no GPU type"));
         assert!(f[2].message.contains("did you mean \"v100\""));
+        let conf = "NodeName=a Gres=gpu:v100:2,mps:200\nNodeName=b Gres=gpu:v100:8(S:0-1)\nNodeName=c Gres=gpu:zz:4\n";
+        assert_eq!(slurm_gpu_types(conf, &cfg), vec![(0, 8)]);
     }
 }

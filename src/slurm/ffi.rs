@@ -8,7 +8,7 @@
 //! logging goes through `slurm_info`/`slurm_error` with a constant "%s" format.
 
 use super::request::{Verdict, decide, parse_options, parse_tres_per_node};
-use crate::config::{Config, check_slurm_gres};
+use crate::config::{Config, check_slurm_gres, slurm_gpu_types};
 use std::ffi::{CStr, CString, c_char, c_int, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::Path;
@@ -164,10 +164,11 @@ impl Host {
     }
 }
 
-/// What init loaded: the policy configuration and the GPU types the cluster has.
+/// What init loaded: the policy configuration and the GPU types the cluster has, each with the
+/// most GPUs of it on one node.
 struct Loaded {
     cfg: Config,
-    present: Vec<usize>,
+    present: Vec<(usize, u32)>,
     /// heshare.toml and its modification time when loaded: an edit is picked up at the next
     /// submission (slurmctld 22.05 does not re-run a job_submit plugin's init on
     /// `scontrol reconfigure` unless JobSubmitPlugins itself changed).
@@ -237,10 +238,14 @@ fn load() -> Result<Loaded, String> {
     let slurm_conf = std::env::var_os("SLURM_CONF")
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|| "/etc/slurm/slurm.conf".into());
-    let present = match std::fs::read_to_string(&slurm_conf) {
+    let mut present = match std::fs::read_to_string(&slurm_conf) {
         Ok(text) => present_types(&text, &cfg, &slurm_conf)?,
-        Err(_) => (0..cfg.gpu_types.len()).collect(),
+        Err(_) => vec![],
     };
+    // No typed GPUs to go by: every catalog type, with no per-node limit known.
+    if present.is_empty() {
+        present = (0..cfg.gpu_types.len()).map(|t| (t, u32::MAX)).collect();
+    }
     Ok(Loaded {
         cfg,
         present,
@@ -281,28 +286,14 @@ fn refresh(h: &Host, slot: &mut Option<Loaded>) {
 
 /// The catalog types named by `Gres=gpu:TYPE:N` in slurm.conf; an unknown type is an error so
 /// the admin hears of it at init, not through odd decisions.
-fn present_types(text: &str, cfg: &Config, file: &Path) -> Result<Vec<usize>, String> {
+fn present_types(text: &str, cfg: &Config, file: &Path) -> Result<Vec<(usize, u32)>, String> {
     if let Some(f) = check_slurm_gres(text, cfg)
         .into_iter()
         .find(|f| !f.message.contains("has no GPU type"))
     {
         return Err(format!("{}:{}: {}", file.display(), f.line, f.message));
     }
-    let mut present: Vec<usize> = (0..cfg.gpu_types.len())
-        .filter(|&t| {
-            let name = &cfg.gpu_types[t].name;
-            text.lines().any(|l| {
-                l.split('#')
-                    .next()
-                    .unwrap_or("")
-                    .contains(&format!("gpu:{name}:"))
-            })
-        })
-        .collect();
-    if present.is_empty() {
-        present = (0..cfg.gpu_types.len()).collect();
-    }
-    Ok(present)
+    Ok(slurm_gpu_types(text, cfg))
 }
 
 /// Whether this process is slurmctld: slurmctld's own exported globals tell (the spank_* API
@@ -326,7 +317,7 @@ pub extern "C" fn init() -> c_int {
                 let names: Vec<&str> = l
                     .present
                     .iter()
-                    .map(|&t| l.cfg.gpu_types[t].name.as_str())
+                    .map(|&(t, _)| l.cfg.gpu_types[t].name.as_str())
                     .collect();
                 h.log(
                     false,
@@ -571,7 +562,7 @@ mod tests {
             xrecalloc: fake_recalloc,
         }));
         let cfg = Config::parse(BUNDLED_CONFIG, Path::new("h.toml")).expect("valid");
-        let present = (0..cfg.gpu_types.len()).collect();
+        let present = (0..cfg.gpu_types.len()).map(|t| (t, 8)).collect();
         if let Ok(mut s) = state().lock() {
             *s = Some(Loaded {
                 cfg,

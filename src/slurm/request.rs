@@ -149,12 +149,13 @@ pub enum Verdict {
     Reject(String),
 }
 
-/// Decides for one job. `present` lists the GPU types the cluster has (catalog indices); the
-/// decision never names another, so the rewrite cannot make Slurm reject a job its user's own
+/// Decides for one job. `present` lists the GPU types the cluster has (catalog index, the most
+/// GPUs of that type on one node); the decision never names another type, nor one without a
+/// node big enough for the job, so the rewrite cannot make Slurm reject a job its user's own
 /// request would have run.
 pub fn decide(
     cfg: &Config,
-    present: &[usize],
+    present: &[(usize, u32)],
     ask: Option<&GpuAsk>,
     opts: &Options,
     user: &str,
@@ -204,13 +205,25 @@ pub fn decide(
             "heshare: --gpu-class: unknown class \"{class}\" (known: {known})"
         ));
     }
-    let mut allowed: Vec<String> = present
+    // Types with a node that holds the whole request.
+    let fits: Vec<usize> = present
+        .iter()
+        .filter(|&&(_, n)| n >= ask.gpus)
+        .map(|&(t, _)| t)
+        .collect();
+    let mut allowed: Vec<String> = fits
         .iter()
         .map(|&t| cfg.gpu_types[t].name.clone())
         .collect();
     if let Some(t) = &ask.gpu_type {
         match cfg.resolve_gpu_type(t) {
-            Some(i) if present.contains(&i) => allowed = vec![cfg.gpu_types[i].name.clone()],
+            Some(i) if fits.contains(&i) => allowed = vec![cfg.gpu_types[i].name.clone()],
+            Some(i) if present.iter().any(|&(p, _)| p == i) => {
+                return Verdict::Annotate(format!(
+                    "heshare: no node has {} {t} GPUs, request left as asked",
+                    ask.gpus
+                ));
+            }
             // A type heshare does not know: leave the user's request to Slurm.
             _ => {
                 return Verdict::Annotate(format!(
@@ -219,11 +232,17 @@ pub fn decide(
             }
         }
     }
+    if allowed.is_empty() {
+        return Verdict::Annotate(format!(
+            "heshare: no node has {} GPUs of one type, request left as asked",
+            ask.gpus
+        ));
+    }
     let view = ClusterView {
         gpus: ClusterView::idle_types(cfg)
             .gpus
             .into_iter()
-            .filter(|g| present.contains(&g.gpu_type))
+            .filter(|g| fits.contains(&g.gpu_type))
             .collect(),
     };
     let req = JobRequest {
@@ -295,10 +314,10 @@ mod tests {
         Config::parse(BUNDLED_CONFIG, Path::new("h.toml")).expect("valid")
     }
 
-    fn present(cfg: &Config, names: &[&str]) -> Vec<usize> {
+    fn present(cfg: &Config, names: &[&str]) -> Vec<(usize, u32)> {
         names
             .iter()
-            .map(|n| cfg.gpu_type(n).expect("catalog type"))
+            .map(|n| (cfg.gpu_type(n).expect("catalog type"), 2))
             .collect()
     }
 
@@ -384,6 +403,19 @@ mod tests {
         };
         // h100 is the catalog's best, but this cluster has none.
         assert_eq!(r.tres_per_node, "gres:gpu:a100:2");
+        // Nor a type without a node big enough: four GPUs fit only where a node has four.
+        let mut bigger = here.clone();
+        bigger.push((cfg.gpu_type("p100").expect("p100"), 4));
+        let four = parse_tres_per_node(Some("gres:gpu:4")).expect("ok");
+        let Verdict::Rewrite(r) = decide(&cfg, &bigger, four.as_ref(), &opts, "bob") else {
+            panic!("expected a rewrite")
+        };
+        assert_eq!(r.tres_per_node, "gres:gpu:p100:4");
+        let eight = parse_tres_per_node(Some("gres:gpu:8")).expect("ok");
+        assert!(matches!(
+            decide(&cfg, &bigger, eight.as_ref(), &opts, "bob"),
+            Verdict::Annotate(_)
+        ));
     }
 
     #[test]
