@@ -72,62 +72,52 @@ print(f"contention kappa fitted to the median with c={C_TRAIN}: {kappa:.3f}")
 # A power limit p caps power(r) <= p; the highest limit is taken as r = 1.
 # For each (beta, gamma) we fit c and u per workload, and pick the (beta, gamma) with the least
 # squared relative error over all points.
+def fit_workload(pts, beta, gamma, p_idle, p_max):
+    """Best (squared relative error, c, u) for one workload's sweep at the given beta, gamma."""
+    t1 = pts[-1][1]
+    best_w = None
+    for ci in range(1, 21):
+        c = ci * 0.05
+        rs = []
+        for p, t, w in pts:
+            x = t / t1 - (1 - c)
+            rs.append(min(1.0, c / x) if x > 0 else 1.0)
+        hs = [beta + (1 - beta) * r ** gamma for r in rs]
+        # least squares for u in (w - p_idle) = (p_max - p_idle) * u * h
+        num = sum((w - p_idle) * h for (_, _, w), h in zip(pts, hs))
+        den = sum(((p_max - p_idle) * h) ** 2 for h in hs) / (p_max - p_idle)
+        u = min(1.0, max(0.05, num / den)) if den > 0 else 1.0
+        e = sum(((p_idle + (p_max - p_idle) * u * h) - w) ** 2 / w ** 2
+                for (_, _, w), h in zip(pts, hs))
+        if best_w is None or e < best_w[0]:
+            best_w = (e, c, u)
+    return best_w
+
+
 def zeus_fit(gpu, p_idle):
     groups = defaultdict(list)
     for r in rows(f"zeus-nsdi23/summary_power_{gpu}.csv"):
         key = (r["dataset"], r["network"], r["batch_size"], r["optimizer"])
         groups[key].append((float(r["power_limit"]), float(r["time_per_epoch"]), float(r["average_power"])))
+    for pts in groups.values():
+        pts.sort()
     p_max = max(p for g in groups.values() for p, _, _ in g)
     best = None
     for bi in range(0, 13):
         beta = bi * 0.05
         for gi in range(0, 31):
             gamma = 0.5 + gi * 0.1
-            err, n, cs = 0.0, 0, []
-            for pts in groups.values():
-                pts.sort()
-                t1 = pts[-1][1]
-                best_w = None
-                for ci in range(1, 21):
-                    c = ci * 0.05
-                    rs = []
-                    for p, t, w in pts:
-                        x = t / t1 - (1 - c)
-                        rs.append(min(1.0, c / x) if x > 0 else 1.0)
-                    hs = [beta + (1 - beta) * r ** gamma for r in rs]
-                    # least squares for u in (w - p_idle) = (p_max - p_idle) * u * h
-                    num = sum((w - p_idle) * h for (_, _, w), h in zip(pts, hs))
-                    den = sum(((p_max - p_idle) * h) ** 2 for h in hs) / (p_max - p_idle)
-                    u = min(1.0, max(0.05, num / den)) if den > 0 else 1.0
-                    e = sum(((p_idle + (p_max - p_idle) * u * h) - w) ** 2 / w ** 2
-                            for (_, _, w), h in zip(pts, hs))
-                    if best_w is None or e < best_w[0]:
-                        best_w = (e, c, u)
-                err += best_w[0]
-                n += len(pts)
-                cs.append(best_w[1])
+            fits = [fit_workload(pts, beta, gamma, p_idle, p_max) for pts in groups.values()]
+            err = sum(f[0] for f in fits)
+            n = sum(len(pts) for pts in groups.values())
             if best is None or err < best[0]:
-                best = (err, beta, gamma, n, statistics.median(cs))
+                best = (err, beta, gamma, n, statistics.median(f[1] for f in fits))
     err, beta, gamma, n, cmed = best
     per_net = defaultdict(lambda: ([], []))
     for key, pts in groups.items():
-        t1 = pts[-1][1]
-        bw = None
-        for ci in range(1, 21):
-            c = ci * 0.05
-            rs = []
-            for p, t, w in pts:
-                x = t / t1 - (1 - c)
-                rs.append(min(1.0, c / x) if x > 0 else 1.0)
-            hs = [beta + (1 - beta) * r ** gamma for r in rs]
-            num = sum((w - p_idle) * h for (_, _, w), h in zip(pts, hs))
-            den = sum(((p_max - p_idle) * h) ** 2 for h in hs) / (p_max - p_idle)
-            u = min(1.0, max(0.05, num / den)) if den > 0 else 1.0
-            e = sum(((p_idle + (p_max - p_idle) * u * h) - w) ** 2 / w ** 2 for (_, _, w), h in zip(pts, hs))
-            if bw is None or e < bw[0]:
-                bw = (e, c, u)
-        per_net[key[1]][0].append(bw[1])
-        per_net[key[1]][1].append(bw[2])
+        _, c, u = fit_workload(pts, beta, gamma, p_idle, p_max)
+        per_net[key[1]][0].append(c)
+        per_net[key[1]][1].append(u)
     print(f"{gpu:8s} p_idle={p_idle} p_max={p_max:.0f} workloads={len(groups)} points={n} "
           f"beta={beta:.2f} gamma={gamma:.1f} median_c={cmed:.2f} rms_rel_err={math.sqrt(err / n):.3f}")
     for net, (cs_, us_) in sorted(per_net.items()):

@@ -176,6 +176,13 @@ impl Config {
         self.classes.iter().find(|c| c.name == name)
     }
 
+    /// Indices into `classes` of the classes of one kind, in file order.
+    pub fn classes_of(&self, kind: JobKind) -> Vec<usize> {
+        (0..self.classes.len())
+            .filter(|&c| self.classes[c].kind == kind)
+            .collect()
+    }
+
     pub fn load(path: &Path) -> Result<Config, LoadError> {
         let src = std::fs::read_to_string(path).map_err(|source| LoadError::Read {
             path: path.to_owned(),
@@ -619,37 +626,44 @@ pub fn check_slurm_gres(slurm_conf: &str, cfg: &Config) -> Vec<GresFinding> {
             .collect::<Vec<_>>()
             .join(", ")
     };
-    for (i, line) in slurm_conf.lines().enumerate() {
-        let line_no = i + 1;
-        let content = line.split('#').next().unwrap_or("");
-        for token in content.split_whitespace() {
-            let Some((key, value)) = token.split_once('=') else {
-                continue;
-            };
-            if !key.eq_ignore_ascii_case("gres") {
-                continue;
-            }
-            for spec in split_gres_list(value) {
-                let mut parts = spec.split(':');
-                let Some(kind) = parts.next() else { continue };
-                if !kind.eq_ignore_ascii_case("gpu") {
-                    continue;
-                }
-                let rest: Vec<&str> = parts.collect();
-                match rest.as_slice() {
-                    [count] if count_ok(count) => out.push(GresFinding { line: line_no, message: format!("Gres: \"{spec}\" has no GPU type; write gpu:TYPE:N with TYPE from the catalog ({})", known()) }),
-                    [ty, count] if count_ok(count) => {
-                        if cfg.gpu_type(ty).is_none() {
-                            let hint = cfg.resolve_gpu_type(ty).map(|i| format!("; did you mean \"{}\"?", cfg.gpu_types[i].name)).unwrap_or_default();
-                            out.push(GresFinding { line: line_no, message: format!("Gres: GPU type \"{ty}\" is not in the catalog (known: {}){hint}", known()) });
-                        }
-                    }
-                    _ => out.push(GresFinding { line: line_no, message: format!("Gres: cannot read \"{spec}\"; expected gpu:TYPE:COUNT") }),
+    for (line_no, spec) in gres_specs(slurm_conf) {
+        let mut parts = spec.split(':');
+        let Some(kind) = parts.next() else { continue };
+        if !kind.eq_ignore_ascii_case("gpu") {
+            continue;
+        }
+        let rest: Vec<&str> = parts.collect();
+        match rest.as_slice() {
+            [count] if count_ok(count) => out.push(GresFinding { line: line_no, message: format!("Gres: \"{spec}\" has no GPU type; write gpu:TYPE:N with TYPE from the catalog ({})", known()) }),
+            [ty, count] if count_ok(count) => {
+                if cfg.gpu_type(ty).is_none() {
+                    let hint = cfg.resolve_gpu_type(ty).map(|i| format!("; did you mean \"{}\"?", cfg.gpu_types[i].name)).unwrap_or_default();
+                    out.push(GresFinding { line: line_no, message: format!("Gres: GPU type \"{ty}\" is not in the catalog (known: {}){hint}", known()) });
                 }
             }
+            _ => out.push(GresFinding { line: line_no, message: format!("Gres: cannot read \"{spec}\"; expected gpu:TYPE:COUNT") }),
         }
     }
     out
+}
+
+/// Every GRES spec (`gpu:a100:2`, `mps:200`) of every `Gres=` in a slurm.conf, with its
+/// 1-based line; comments skipped.
+fn gres_specs(slurm_conf: &str) -> impl Iterator<Item = (usize, &str)> {
+    slurm_conf.lines().enumerate().flat_map(|(i, line)| {
+        line.split('#')
+            .next()
+            .unwrap_or("")
+            .split_whitespace()
+            .filter_map(|token| {
+                token
+                    .split_once('=')
+                    .filter(|(k, _)| k.eq_ignore_ascii_case("gres"))
+                    .map(|(_, v)| v)
+            })
+            .flat_map(split_gres_list)
+            .map(move |spec| (i + 1, spec))
+    })
 }
 
 /// The catalog GPU types a slurm.conf's `Gres=gpu:TYPE:N` lines name, each with the most GPUs
@@ -657,22 +671,11 @@ pub fn check_slurm_gres(slurm_conf: &str, cfg: &Config) -> Vec<GresFinding> {
 /// (`check_slurm_gres` reports them).
 pub fn slurm_gpu_types(slurm_conf: &str, cfg: &Config) -> Vec<(usize, u32)> {
     let mut max = vec![0u32; cfg.gpu_types.len()];
-    for line in slurm_conf.lines() {
-        let content = line.split('#').next().unwrap_or("");
-        for token in content.split_whitespace() {
-            let Some((key, value)) = token.split_once('=') else {
-                continue;
-            };
-            if !key.eq_ignore_ascii_case("gres") {
-                continue;
-            }
-            for spec in split_gres_list(value) {
-                let parts: Vec<&str> = spec.split(':').collect();
-                if let ["gpu", ty, count] = parts.as_slice() {
-                    if let (Some(t), Ok(n)) = (cfg.gpu_type(ty), count.parse::<u32>()) {
-                        max[t] = max[t].max(n);
-                    }
-                }
+    for (_, spec) in gres_specs(slurm_conf) {
+        let parts: Vec<&str> = spec.split(':').collect();
+        if let ["gpu", ty, count] = parts.as_slice() {
+            if let (Some(t), Ok(n)) = (cfg.gpu_type(ty), count.parse::<u32>()) {
+                max[t] = max[t].max(n);
             }
         }
     }

@@ -13,7 +13,7 @@ use crate::model::{JobKind, full_speed_share};
 use crate::policy::{ClusterView, JobRequest, PlacedJob, ShareRequest, place};
 use crate::sim::rng::SplitMix;
 use crate::units::SharePct;
-use anyhow::{Context, Result};
+use anyhow::Result;
 use std::hint::black_box;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -39,12 +39,8 @@ pub struct BenchArgs {
 /// Fills `view` to `occupancy`: a third of the busy GPUs hold one exclusive training job, the
 /// rest one to three inference jobs of one user at their full-speed shares.
 fn occupy(cfg: &Config, view: &mut ClusterView, occupancy: f64, rng: &mut SplitMix) {
-    let training: Vec<usize> = (0..cfg.classes.len())
-        .filter(|&c| cfg.classes[c].kind == JobKind::Training)
-        .collect();
-    let inference: Vec<usize> = (0..cfg.classes.len())
-        .filter(|&c| cfg.classes[c].kind == JobKind::Inference)
-        .collect();
+    let training = cfg.classes_of(JobKind::Training);
+    let inference = cfg.classes_of(JobKind::Inference);
     let reference = &cfg.gpu_types[cfg.reference_gpu];
     for slot in &mut view.gpus {
         if rng.unit() >= occupancy {
@@ -122,16 +118,11 @@ fn best_fit(view: &ClusterView, want: u32) -> Option<usize> {
 }
 
 pub fn run(out: &mut impl Write, cfg: &Config, args: &BenchArgs) -> Result<()> {
-    let (text, label) = match &args.cluster {
-        Some(p) => (
-            std::fs::read_to_string(p).with_context(|| format!("{}: cannot read", p.display()))?,
-            p.display().to_string(),
-        ),
-        None => (
-            OPENB_GPU_NODES.to_owned(),
-            "bundled openb GPU node list".to_owned(),
-        ),
-    };
+    let (text, label) = super::read_or_bundled(
+        args.cluster.as_deref(),
+        OPENB_GPU_NODES,
+        "bundled openb GPU node list",
+    )?;
     let nodes = parse_node_list(&text, Path::new(&label), cfg)?;
     let mut view = idle_view(&nodes);
     let mut rng = SplitMix::new(args.seed);

@@ -199,6 +199,21 @@ fn load_config(explicit: &Option<PathBuf>) -> Result<(Config, String)> {
     }
 }
 
+/// The text of `path`, or of the bundled file when none is given, with a label for messages.
+fn read_or_bundled(
+    path: Option<&Path>,
+    bundled: &str,
+    bundled_label: &str,
+) -> Result<(String, String)> {
+    match path {
+        Some(p) => Ok((
+            std::fs::read_to_string(p).with_context(|| format!("{}: cannot read", p.display()))?,
+            p.display().to_string(),
+        )),
+        None => Ok((bundled.to_owned(), bundled_label.to_owned())),
+    }
+}
+
 fn check_config(out: &mut impl Write, arg: &ConfigArg, slurm_conf: Option<&Path>) -> Result<()> {
     let (cfg, label) = match load_config(&arg.config) {
         Ok(c) => c,

@@ -143,27 +143,17 @@ pub(super) fn inputs(
     Vec<crate::sim::trace::TraceJob>,
     String,
 )> {
-    let (node_text, cluster_label) = match &args.cluster {
-        Some(p) => (
-            std::fs::read_to_string(p).with_context(|| format!("{}: cannot read", p.display()))?,
-            p.display().to_string(),
-        ),
-        None => (
-            OPENB_GPU_NODES.to_owned(),
-            "openb GPU node list (bundled)".to_owned(),
-        ),
-    };
+    let (node_text, cluster_label) = super::read_or_bundled(
+        args.cluster.as_deref(),
+        OPENB_GPU_NODES,
+        "openb GPU node list (bundled)",
+    )?;
     let nodes = parse_node_list(&node_text, Path::new(&cluster_label), cfg)?;
-    let (trace_text, trace_label) = match &args.trace {
-        Some(p) => (
-            std::fs::read_to_string(p).with_context(|| format!("{}: cannot read", p.display()))?,
-            p.display().to_string(),
-        ),
-        None => (
-            OPENB_DEFAULT_PODS.to_owned(),
-            "openb default pod list (bundled)".to_owned(),
-        ),
-    };
+    let (trace_text, trace_label) = super::read_or_bundled(
+        args.trace.as_deref(),
+        OPENB_DEFAULT_PODS,
+        "openb default pod list (bundled)",
+    )?;
     let jobs = trace::parse(&trace_text, args.trace_format, Path::new(&trace_label), cfg)?;
     if jobs.is_empty() {
         bail!("{trace_label}: the trace has no jobs");

@@ -185,12 +185,8 @@ pub fn generate_jobs(
     if gpu_jobs.is_empty() || gpu_count == 0 {
         return vec![];
     }
-    let training: Vec<usize> = (0..cfg.classes.len())
-        .filter(|&c| cfg.classes[c].kind == JobKind::Training)
-        .collect();
-    let inference: Vec<usize> = (0..cfg.classes.len())
-        .filter(|&c| cfg.classes[c].kind == JobKind::Inference)
-        .collect();
+    let training = cfg.classes_of(JobKind::Training);
+    let inference = cfg.classes_of(JobKind::Inference);
     let duration = |j: &TraceJob| j.duration_s.clamp(1.0, params.max_duration_s);
     let demand = |j: &TraceJob| f64::from(j.num_gpus) * f64::from(j.gpu_milli) / 1000.0;
     #[allow(clippy::cast_precision_loss)]
