@@ -21,7 +21,11 @@ fn field<'a>(show: &'a str, key: &str) -> &'a str {
 #[test]
 fn the_plugin_places_shares_and_whole_gpus_and_rejects_bad_input() {
     let plugin = plugin_path();
-    assert!(plugin.exists(), "{} was not built", plugin.display());
+    assert!(
+        plugin.exists(),
+        "{} was not built: run `cargo build --release` first (bash .ci/run does)",
+        plugin.display()
+    );
     // The plugin's configuration: a copy of the shipped one the test may edit.
     let cfg_dir = tempfile::tempdir().expect("tempdir");
     let cfg_path = cfg_dir.path().join("heshare.toml");
