@@ -17,6 +17,7 @@ typedef struct {
 	uint32_t spank_job_env_size;
 	uint32_t nice;
 	uint32_t user_id;
+	int batch; /* 1 for sbatch (a script), 0 for srun/salloc allocations */
 } hs_job_view;
 
 void hs_job_view_fill(const job_desc_msg_t *d, hs_job_view *out)
@@ -28,10 +29,12 @@ void hs_job_view_fill(const job_desc_msg_t *d, hs_job_view *out)
 	out->spank_job_env_size = d->spank_job_env_size;
 	out->nice = d->nice;
 	out->user_id = d->user_id;
+	out->batch = d->script != NULL;
 }
 
 /* Addresses of the fields heshare writes; the caller swaps pointers allocated by Slurm's xmalloc. */
 char **hs_job_tres_per_node(job_desc_msg_t *d) { return &d->tres_per_node; }
+char **hs_job_tres_per_job(job_desc_msg_t *d) { return &d->tres_per_job; }
 char **hs_job_admin_comment(job_desc_msg_t *d) { return &d->admin_comment; }
 char ***hs_job_spank_env(job_desc_msg_t *d) { return &d->spank_job_env; }
 uint32_t *hs_job_spank_env_size(job_desc_msg_t *d) { return &d->spank_job_env_size; }

@@ -97,6 +97,23 @@ fn the_plugin_places_shares_and_whole_gpus_and_rejects_bad_input() {
     assert_eq!(field(&s, "Nice="), "-20", "{s}");
     assert_eq!(field(&s, "NodeList="), "ha100");
 
+    // --gpus (per job) gets whole GPUs of the chosen type.
+    let per_job = c.sbatch(&["--gpus=1", "--gpu-class=bert-train", "--wrap", "true"]);
+    let s = c.wait_done(&per_job);
+    assert_eq!(field(&s, "TresPerJob="), "gres:gpu:a100:1", "{s}");
+    // srun: the job step asks again for the GPU the user gave, so heshare picks the type only.
+    let (ok, out, err) = c.run(
+        "srun",
+        &[
+            "--gres=gpu:1",
+            "--gpu-class=vit-infer",
+            "--gpu-share=auto",
+            "printenv",
+            "CUDA_VISIBLE_DEVICES",
+        ],
+    );
+    assert!(ok && out.trim() == "0", "srun failed: {out}{err}");
+
     let s = c.wait_done(&cpu);
     assert!(
         !s.contains("AdminComment=") && field(&s, "TresPerNode=").is_empty(),

@@ -7,7 +7,7 @@
 //! point runs under `catch_unwind`, a panic becomes a log line and the job passes unchanged);
 //! logging goes through `slurm_info`/`slurm_error` with a constant "%s" format.
 
-use super::request::{Verdict, decide, parse_options, parse_tres_per_node};
+use super::request::{Verdict, decide, parse_gpu_request, parse_options};
 use crate::config::{Config, check_slurm_gres, slurm_gpu_types};
 use std::ffi::{CStr, CString, c_char, c_int, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -37,10 +37,12 @@ struct JobView {
     spank_job_env_size: u32,
     nice: u32,
     user_id: u32,
+    batch: c_int,
 }
 
 unsafe extern "C" {
     fn hs_job_tres_per_node(desc: *mut c_void) -> *mut *mut c_char;
+    fn hs_job_tres_per_job(desc: *mut c_void) -> *mut *mut c_char;
     fn hs_job_admin_comment(desc: *mut c_void) -> *mut *mut c_char;
     fn hs_job_spank_env(desc: *mut c_void) -> *mut *mut *mut c_char;
     fn hs_job_spank_env_size(desc: *mut c_void) -> *mut u32;
@@ -383,6 +385,7 @@ pub unsafe extern "C" fn job_submit(
             spank_job_env_size: 0,
             nice: 0,
             user_id: 0,
+            batch: 0,
         };
         // SAFETY: desc is slurmctld's job description; the shim only reads its fields.
         unsafe { hs_job_view_fill(desc, &mut v) };
@@ -396,7 +399,8 @@ pub unsafe extern "C" fn job_submit(
         };
         let opts = parse_options(env.iter().map(String::as_str));
         let tres = c_str(v.tres_per_node);
-        let ask = match parse_tres_per_node(tres.as_deref()) {
+        let per_job = c_str(v.tres_per_job);
+        let ask = match parse_gpu_request(tres.as_deref(), per_job.as_deref()) {
             Ok(a) => a,
             Err(e) => {
                 h.log(
@@ -425,6 +429,7 @@ pub unsafe extern "C" fn job_submit(
             ask.as_ref(),
             &opts,
             &user.to_string(),
+            v.batch != 0,
         ) {
             Verdict::PassThrough => SLURM_SUCCESS,
             Verdict::Annotate(note) => {
@@ -436,7 +441,12 @@ pub unsafe extern "C" fn job_submit(
                 // SAFETY: desc is live; each field address comes from the shim and each string
                 // from Slurm's allocator; nice is a plain u32 field.
                 unsafe {
-                    h.replace(hs_job_tres_per_node(desc), &r.tres_per_node);
+                    let field = if r.per_job {
+                        hs_job_tres_per_job(desc)
+                    } else {
+                        hs_job_tres_per_node(desc)
+                    };
+                    h.replace(field, &r.tres_per_node);
                     h.replace(hs_job_admin_comment(desc), &r.admin_comment);
                     h.push_env(desc, &r.spank_env);
                     let nice = hs_job_nice(desc);

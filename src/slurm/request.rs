@@ -22,8 +22,10 @@ pub struct GpuAsk {
     /// `--gres=mps:PCT`.
     pub mps_pct: Option<u32>,
     pub form: TresForm,
-    /// The other TRES entries of tres_per_node, kept as they were.
+    /// The other TRES entries of the same field, kept as they were.
     pub others: Vec<String>,
+    /// Asked per job (`--gpus=N`, tres_per_job) rather than per node (`--gres`, tres_per_node).
+    pub per_job: bool,
 }
 
 /// heshare's SPANK options as they reach job_submit in spank_job_env.
@@ -60,47 +62,40 @@ pub fn parse_tres_per_node(tres: Option<&str>) -> Result<Option<GpuAsk>, String>
             s.parse::<u32>()
                 .map_err(|_| format!("cannot read the count in \"{entry}\""))
         };
-        match parts.as_slice() {
-            ["gpu", n] => {
-                ask = Some(GpuAsk {
-                    gpus: count(n)?,
-                    gpu_type: None,
-                    mps_pct: None,
-                    form,
-                    others: vec![],
-                })
+        let (gpus, gpu_type, mps_pct) = match parts.as_slice() {
+            ["gpu", n] => (count(n)?, None, None),
+            ["gpu", t, n] => (count(n)?, Some((*t).to_owned()), None),
+            ["mps", n] => (1, None, Some(count(n)?)),
+            ["mps", t, n] => (1, Some((*t).to_owned()), Some(count(n)?)),
+            _ => {
+                others.push(entry.to_owned());
+                continue;
             }
-            ["gpu", t, n] => {
-                ask = Some(GpuAsk {
-                    gpus: count(n)?,
-                    gpu_type: Some((*t).to_owned()),
-                    mps_pct: None,
-                    form,
-                    others: vec![],
-                })
-            }
-            ["mps", n] => {
-                ask = Some(GpuAsk {
-                    gpus: 1,
-                    gpu_type: None,
-                    mps_pct: Some(count(n)?),
-                    form,
-                    others: vec![],
-                })
-            }
-            ["mps", t, n] => {
-                ask = Some(GpuAsk {
-                    gpus: 1,
-                    gpu_type: Some((*t).to_owned()),
-                    mps_pct: Some(count(n)?),
-                    form,
-                    others: vec![],
-                })
-            }
-            _ => others.push(entry.to_owned()),
-        }
+        };
+        ask = Some(GpuAsk {
+            gpus,
+            gpu_type,
+            mps_pct,
+            form,
+            others: vec![],
+            per_job: false,
+        });
     }
     Ok(ask.map(|a| GpuAsk { others, ..a }))
+}
+
+/// Reads the job's GPU request: `tres_per_node` (`--gres`) first, else `tres_per_job`
+/// (`--gpus=N`, whole GPUs only).
+pub fn parse_gpu_request(
+    tres_per_node: Option<&str>,
+    tres_per_job: Option<&str>,
+) -> Result<Option<GpuAsk>, String> {
+    if let Some(a) = parse_tres_per_node(tres_per_node)? {
+        return Ok(Some(a));
+    }
+    Ok(parse_tres_per_node(tres_per_job)?
+        .filter(|a| a.mps_pct.is_none())
+        .map(|a| GpuAsk { per_job: true, ..a }))
 }
 
 const SPANK_PREFIX: &str = "_SLURM_SPANK_OPTION_heshare_";
@@ -129,7 +124,9 @@ pub fn parse_options<'a>(env: impl IntoIterator<Item = &'a str>) -> Options {
 /// How the job description changes.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Rewrite {
+    /// The new GPU request, for tres_per_node (or tres_per_job when `per_job`).
     pub tres_per_node: String,
+    pub per_job: bool,
     /// Slurm nice adjustment (the plugin adds NICE_OFFSET).
     pub nice: i32,
     pub admin_comment: String,
@@ -153,12 +150,15 @@ pub enum Verdict {
 /// GPUs of that type on one node); the decision never names another type, nor one without a
 /// node big enough for the job, so the rewrite cannot make Slurm reject a job its user's own
 /// request would have run.
+/// `batch` is false for srun/salloc allocations: their job steps ask again for the GRES the user
+/// gave, so a `gpu` request must stay a `gpu` request (heshare picks the type, not a share).
 pub fn decide(
     cfg: &Config,
     present: &[(usize, u32)],
     ask: Option<&GpuAsk>,
     opts: &Options,
     user: &str,
+    batch: bool,
 ) -> Verdict {
     let Some(ask) = ask else {
         return if opts.gpu_share.is_some() || opts.gpu_class.is_some() {
@@ -167,7 +167,22 @@ pub fn decide(
             Verdict::PassThrough
         };
     };
-    let share = match opts.gpu_share.as_deref() {
+    if ask.per_job
+        && opts
+            .gpu_share
+            .as_deref()
+            .is_some_and(|s| !s.eq_ignore_ascii_case("exclusive"))
+    {
+        return Verdict::Reject(
+            "heshare: --gpu-share needs a per-node request: use --gres=gpu:1 instead of --gpus"
+                .into(),
+        );
+    }
+    let share = match opts
+        .gpu_share
+        .as_deref()
+        .filter(|_| batch || ask.mps_pct.is_some())
+    {
         Some(s) => match crate::cli::parse_share(s) {
             Ok(r) => r,
             Err(e) => return Verdict::Reject(format!("heshare: --gpu-share: {e}")),
@@ -279,15 +294,16 @@ fn rewrite(ask: &GpuAsk, plan: &Plan, class: &str) -> Rewrite {
     } else {
         d.share_pct.to_string()
     };
-    // admin_comment is one line in scontrol's output: keep the reason short and plain.
-    let reason: String = d
-        .reason
+    // admin_comment is one line in scontrol's output: the reason's first clause, plain text.
+    let first = d.reason.split("; ").next().unwrap_or(&d.reason);
+    let reason: String = first
         .chars()
         .filter(|c| !c.is_control())
-        .take(160)
+        .take(200)
         .collect();
     Rewrite {
         tres_per_node,
+        per_job: ask.per_job,
         nice: d.nice,
         admin_comment: format!(
             "heshare: type={} share={share} clock={} reason={reason}",
@@ -345,6 +361,39 @@ mod tests {
     }
 
     #[test]
+    fn gpus_per_job_become_whole_gpus_of_the_chosen_type() {
+        let cfg = cfg();
+        let here = present(&cfg, &["a100", "t4"]);
+        let ask = parse_gpu_request(None, Some("gres:gpu:2"))
+            .expect("ok")
+            .expect("gpus");
+        assert!(ask.per_job);
+        let opts = Options {
+            gpu_class: Some("bert-train".into()),
+            ..Options::default()
+        };
+        let Verdict::Rewrite(r) = decide(&cfg, &here, Some(&ask), &opts, "u", true) else {
+            panic!("expected a rewrite")
+        };
+        assert_eq!(
+            (r.tres_per_node.as_str(), r.per_job),
+            ("gres:gpu:a100:2", true)
+        );
+        let share = Options {
+            gpu_share: Some("auto".into()),
+            ..opts
+        };
+        assert!(
+            matches!(decide(&cfg, &here, Some(&ask), &share, "u", true), Verdict::Reject(m) if m.contains("--gres=gpu:1"))
+        );
+        // --gres wins over --gpus, as in Slurm's own reading.
+        let both = parse_gpu_request(Some("gres:gpu:t4:1"), Some("gres:gpu:2"))
+            .expect("ok")
+            .expect("gres");
+        assert!(!both.per_job);
+    }
+
+    #[test]
     fn options_come_from_spank_env() {
         let o = parse_options([
             "PATH=/bin",
@@ -372,7 +421,7 @@ mod tests {
             gpu_class: Some("vit-infer".into()),
             energy_policy: None,
         };
-        let Verdict::Rewrite(r) = decide(&cfg, &here, ask.as_ref(), &opts, "alice") else {
+        let Verdict::Rewrite(r) = decide(&cfg, &here, ask.as_ref(), &opts, "alice", true) else {
             panic!("expected a rewrite")
         };
         assert!(
@@ -385,8 +434,33 @@ mod tests {
             "{}",
             r.admin_comment
         );
+        assert!(
+            r.admin_comment.ends_with("(1.00x alone)"),
+            "only the reason's first clause: {}",
+            r.admin_comment
+        );
         assert!(r.spank_env.contains(&"HESHARE_CLASS=vit-infer".to_owned()));
         assert!(r.nice <= 0);
+    }
+
+    #[test]
+    fn interactive_jobs_keep_gpu_requests_their_steps_can_match() {
+        let cfg = cfg();
+        let here = present(&cfg, &["a100", "v100m16", "t4"]);
+        let ask = parse_tres_per_node(Some("gres:gpu:1")).expect("ok");
+        let opts = Options {
+            gpu_share: Some("auto".into()),
+            gpu_class: Some("vit-infer".into()),
+            energy_policy: None,
+        };
+        let Verdict::Rewrite(r) = decide(&cfg, &here, ask.as_ref(), &opts, "u", false) else {
+            panic!("expected a rewrite")
+        };
+        assert!(
+            r.tres_per_node.starts_with("gres:gpu:"),
+            "srun's step asks for gpu, so the job keeps gpu: {}",
+            r.tres_per_node
+        );
     }
 
     #[test]
@@ -398,7 +472,7 @@ mod tests {
             gpu_class: Some("bert-train".into()),
             ..Options::default()
         };
-        let Verdict::Rewrite(r) = decide(&cfg, &here, ask.as_ref(), &opts, "bob") else {
+        let Verdict::Rewrite(r) = decide(&cfg, &here, ask.as_ref(), &opts, "bob", true) else {
             panic!("expected a rewrite")
         };
         // h100 is the catalog's best, but this cluster has none.
@@ -407,13 +481,13 @@ mod tests {
         let mut bigger = here.clone();
         bigger.push((cfg.gpu_type("p100").expect("p100"), 4));
         let four = parse_tres_per_node(Some("gres:gpu:4")).expect("ok");
-        let Verdict::Rewrite(r) = decide(&cfg, &bigger, four.as_ref(), &opts, "bob") else {
+        let Verdict::Rewrite(r) = decide(&cfg, &bigger, four.as_ref(), &opts, "bob", true) else {
             panic!("expected a rewrite")
         };
         assert_eq!(r.tres_per_node, "gres:gpu:p100:4");
         let eight = parse_tres_per_node(Some("gres:gpu:8")).expect("ok");
         assert!(matches!(
-            decide(&cfg, &bigger, eight.as_ref(), &opts, "bob"),
+            decide(&cfg, &bigger, eight.as_ref(), &opts, "bob", true),
             Verdict::Annotate(_)
         ));
     }
@@ -423,7 +497,7 @@ mod tests {
         let cfg = cfg();
         let here = present(&cfg, &["t4"]);
         let ask = parse_tres_per_node(Some("gres:gpu:1")).expect("ok");
-        let bad = |o: Options| match decide(&cfg, &here, ask.as_ref(), &o, "u") {
+        let bad = |o: Options| match decide(&cfg, &here, ask.as_ref(), &o, "u", true) {
             Verdict::Reject(m) => m,
             v => panic!("expected a rejection, got {v:?}"),
         };
@@ -451,11 +525,11 @@ mod tests {
             .contains("--energy-policy")
         );
         assert_eq!(
-            decide(&cfg, &here, None, &Options::default(), "u"),
+            decide(&cfg, &here, None, &Options::default(), "u", true),
             Verdict::PassThrough
         );
         assert!(matches!(
-            decide(&cfg, &here, ask.as_ref(), &Options::default(), "u"),
+            decide(&cfg, &here, ask.as_ref(), &Options::default(), "u", true),
             Verdict::Annotate(_)
         ));
         assert!(matches!(
@@ -467,7 +541,8 @@ mod tests {
                     gpu_class: Some("vit-infer".into()),
                     ..Options::default()
                 },
-                "u"
+                "u",
+                true
             ),
             Verdict::Reject(_)
         ));
