@@ -63,13 +63,7 @@ pub fn parse_node_list(text: &str, file: &Path, cfg: &Config) -> Result<Vec<Node
             ),
         ));
     }
-    let known = || {
-        cfg.gpu_types
-            .iter()
-            .map(|g| g.name.as_str())
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
+    let known = || cfg.gpu_type_names();
     let mut nodes = Vec::new();
     for (i, raw) in lines {
         let line = i + 1;

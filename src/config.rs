@@ -176,6 +176,24 @@ impl Config {
         self.classes.iter().find(|c| c.name == name)
     }
 
+    /// The catalog's GPU type names, comma separated, for "known: ..." in error messages.
+    pub fn gpu_type_names(&self) -> String {
+        self.gpu_types
+            .iter()
+            .map(|g| g.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    /// The job class names, comma separated, for "known: ..." in error messages.
+    pub fn class_names(&self) -> String {
+        self.classes
+            .iter()
+            .map(|c| c.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
     /// Indices into `classes` of the classes of one kind, in file order.
     pub fn classes_of(&self, kind: JobKind) -> Vec<usize> {
         (0..self.classes.len())
@@ -619,13 +637,7 @@ pub struct GresFinding {
 /// have to treat the node as the reference type.
 pub fn check_slurm_gres(slurm_conf: &str, cfg: &Config) -> Vec<GresFinding> {
     let mut out = Vec::new();
-    let known = || {
-        cfg.gpu_types
-            .iter()
-            .map(|g| g.name.as_str())
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
+    let known = || cfg.gpu_type_names();
     for (line_no, spec) in gres_specs(slurm_conf) {
         let mut parts = spec.split(':');
         let Some(kind) = parts.next() else { continue };

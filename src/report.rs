@@ -113,6 +113,19 @@ pub fn bar_chart_svg(title: &str, panels: &[BarPanel<'_>]) -> String {
     s
 }
 
+/// The value at quantile `p` (0..=1, nearest rank) of an ascending slice.
+pub fn percentile<T: Copy>(sorted: &[T], p: f64) -> Option<T> {
+    let last = sorted.len().checked_sub(1)?;
+    // Within 0..=last: p is clamped to 0..=1 first.
+    #[allow(
+        clippy::cast_precision_loss,
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss
+    )]
+    let idx = (last as f64 * p.clamp(0.0, 1.0)).round() as usize;
+    sorted.get(idx.min(last)).copied()
+}
+
 /// A compact number: 3 significant digits, k/M suffixes.
 fn short(v: f64) -> String {
     let a = v.abs();

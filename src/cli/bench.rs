@@ -82,17 +82,7 @@ fn occupy(cfg: &Config, view: &mut ClusterView, occupancy: f64, rng: &mut SplitM
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    // Rank within 0..len by construction.
-    #[allow(
-        clippy::cast_possible_truncation,
-        clippy::cast_sign_loss,
-        clippy::cast_precision_loss
-    )]
-    let idx = ((sorted.len() - 1) as f64 * p).round() as usize;
-    sorted[idx.min(sorted.len() - 1)]
+    crate::report::percentile(sorted, p).unwrap_or(Duration::ZERO)
 }
 
 /// The GPU with the least free share that still fits `want` percent.

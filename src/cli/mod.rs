@@ -226,11 +226,7 @@ fn check_config(out: &mut impl Write, arg: &ConfigArg, slurm_conf: Option<&Path>
         out,
         "{label}: ok: {} GPU types ({}), {} job classes, reference {}",
         cfg.gpu_types.len(),
-        cfg.gpu_types
-            .iter()
-            .map(|g| g.name.as_str())
-            .collect::<Vec<_>>()
-            .join(", "),
+        cfg.gpu_type_names(),
         cfg.classes.len(),
         cfg.gpu_types[cfg.reference_gpu].name
     )?;

@@ -65,16 +65,7 @@ struct Output {
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    #[allow(
-        clippy::cast_precision_loss,
-        clippy::cast_possible_truncation,
-        clippy::cast_sign_loss
-    )]
-    let i = ((sorted.len() - 1) as f64 * p).round() as usize;
-    sorted[i.min(sorted.len() - 1)]
+    crate::report::percentile(sorted, p).unwrap_or(f64::NAN)
 }
 
 pub fn run(out: &mut impl Write, cfg: &Config, args: &SimulateArgs, load: f64) -> Result<()> {

@@ -191,12 +191,7 @@ pub fn place(cfg: &Config, view: &ClusterView, req: &JobRequest) -> Result<Plan,
         .position(|c| c.name == req.class)
         .ok_or_else(|| PlacementError::UnknownClass {
             name: req.class.clone(),
-            known: cfg
-                .classes
-                .iter()
-                .map(|c| c.name.as_str())
-                .collect::<Vec<_>>()
-                .join(", "),
+            known: cfg.class_names(),
         })?;
     let class = &cfg.classes[class_idx];
     if !(1..=64).contains(&req.gpus) {
@@ -629,12 +624,7 @@ fn allowed_types(cfg: &Config, names: &[String]) -> Result<Vec<bool>, PlacementE
             .resolve_gpu_type(n)
             .ok_or_else(|| PlacementError::UnknownGpuType {
                 name: n.clone(),
-                known: cfg
-                    .gpu_types
-                    .iter()
-                    .map(|g| g.name.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", "),
+                known: cfg.gpu_type_names(),
             })?;
         allowed[i] = true;
     }

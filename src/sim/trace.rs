@@ -111,7 +111,7 @@ impl Rows<'_> {
         let mut out = Vec::new();
         for name in v.split('|').map(str::trim).filter(|n| !n.is_empty()) {
             let idx = cfg.resolve_gpu_type(name).ok_or_else(|| {
-                let known = cfg.gpu_types.iter().map(|g| g.name.as_str()).collect::<Vec<_>>().join(", ");
+                let known = cfg.gpu_type_names();
                 self.err(line, field, format!("GPU model \"{name}\" is neither a catalog type nor an alias (known: {known})"))
             })?;
             if !out.contains(&idx) {
@@ -299,12 +299,7 @@ fn parse_csv(text: &str, file: &Path, cfg: &Config) -> Result<Vec<TraceJob>, Tra
         let class = (!f[7].is_empty()).then(|| f[7].to_owned());
         if let Some(c) = &class {
             if cfg.class(c).is_none() {
-                let known = cfg
-                    .classes
-                    .iter()
-                    .map(|c| c.name.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ");
+                let known = cfg.class_names();
                 return Err(r.err(
                     line,
                     "class",

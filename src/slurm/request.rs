@@ -210,12 +210,7 @@ pub fn decide(
         return Verdict::Annotate("heshare: no --gpu-class, request left as asked".into());
     };
     if cfg.class(&class).is_none() {
-        let known = cfg
-            .classes
-            .iter()
-            .map(|c| c.name.as_str())
-            .collect::<Vec<_>>()
-            .join(", ");
+        let known = cfg.class_names();
         return Verdict::Reject(format!(
             "heshare: --gpu-class: unknown class \"{class}\" (known: {known})"
         ));
