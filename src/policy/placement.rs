@@ -228,13 +228,29 @@ pub fn place(cfg: &Config, view: &ClusterView, req: &JobRequest) -> Result<Plan,
     let mut raw: Vec<Candidate> = Vec::new();
     let type_level = view.is_type_level();
 
-    // Group identical GPUs: (type, occupants) -> the first slot of each node, in view order.
+    // Filter each GPU first (cheap, and on a busy cluster most GPUs fail here), then group the
+    // rest: GPUs of one type with the same occupants give the same prediction.
     let mut groups: BTreeMap<(usize, Vec<&PlacedJob>), Vec<usize>> = BTreeMap::new();
+    // Idle GPUs, the bulk of a quiet cluster, go to one list per type without a map lookup.
+    let mut idle: Vec<Vec<usize>> = vec![Vec::new(); cfg.gpu_types.len()];
     for (i, slot) in view.gpus.iter().enumerate() {
-        groups
-            .entry((slot.gpu_type, sorted_jobs(&slot.jobs)))
-            .or_default()
-            .push(i);
+        match slot_filter(cfg, class, req, &allowed, slot) {
+            Ok(()) if slot.jobs.is_empty() => idle[slot.gpu_type].push(i),
+            Ok(()) => groups
+                .entry((slot.gpu_type, sorted_jobs(&slot.jobs)))
+                .or_default()
+                .push(i),
+            Err(Some(why)) => {
+                rejections
+                    .entry(cfg.gpu_types[slot.gpu_type].name.clone())
+                    .or_insert(why);
+            }
+            Err(None) => {}
+        }
+    }
+
+    for (t, slots) in idle.into_iter().enumerate().filter(|(_, s)| !s.is_empty()) {
+        groups.insert((t, Vec::new()), slots);
     }
 
     for ((type_idx, jobs), slots) in &groups {
@@ -242,28 +258,8 @@ pub fn place(cfg: &Config, view: &ClusterView, req: &JobRequest) -> Result<Plan,
         let reject = |rej: &mut BTreeMap<String, String>, why: String| {
             rej.entry(gpu.name.clone()).or_insert(why);
         };
-        if !allowed[*type_idx] {
-            reject(&mut rejections, "not among the requested GPU types".into());
-            continue;
-        }
-        let used_mem: f64 = jobs.iter().map(|j| cfg.classes[j.class].memory_gib).sum();
-        if used_mem + class.memory_gib > gpu.memory_gib {
-            reject(
-                &mut rejections,
-                format!(
-                    "needs {:.0} GiB but {:.0} of {:.0} GiB are free",
-                    class.memory_gib,
-                    gpu.memory_gib - used_mem,
-                    gpu.memory_gib
-                ),
-            );
-            continue;
-        }
         let occupied = !jobs.is_empty();
         if req.gpus > 1 {
-            if occupied {
-                continue;
-            }
             let Some((node, indices)) = whole_gpus_on_one_node(view, slots, req.gpus, type_level)
             else {
                 reject(
@@ -294,27 +290,6 @@ pub fn place(cfg: &Config, view: &ClusterView, req: &JobRequest) -> Result<Plan,
             }
             continue;
         }
-        if jobs.iter().any(|j| j.exclusive) {
-            reject(&mut rejections, "held exclusively".into());
-            continue;
-        }
-        if occupied && jobs.len() >= usize::from(cfg.policy.max_jobs_per_gpu) {
-            reject(
-                &mut rejections,
-                format!("already shared by {} jobs", jobs.len()),
-            );
-            continue;
-        }
-        if occupied
-            && !cfg.policy.allow_cross_user_sharing
-            && jobs.iter().any(|j| j.user != req.user)
-        {
-            reject(
-                &mut rejections,
-                "shared by another user's jobs (allow_cross_user_sharing = false)".into(),
-            );
-            continue;
-        }
         let slot = &view.gpus[slots[0]];
         let (node, indices) = if type_level {
             (None, vec![])
@@ -343,17 +318,6 @@ pub fn place(cfg: &Config, view: &ClusterView, req: &JobRequest) -> Result<Plan,
                     options.push((ShareSpec::Auto, false));
                 }
             }
-        }
-        if options.is_empty() {
-            reject(
-                &mut rejections,
-                if gpu.mps {
-                    "busy, and the job asks for a whole GPU".into()
-                } else {
-                    "no MPS on this type".into()
-                },
-            );
-            continue;
         }
 
         let existing: Vec<ShareJob<'_>> = jobs
@@ -440,6 +404,60 @@ pub fn place(cfg: &Config, view: &ClusterView, req: &JobRequest) -> Result<Plan,
         decision,
         candidates: scored,
     })
+}
+
+/// Why `slot` cannot take the job, decided per GPU before grouping (every GPU of a group gets
+/// the same answer): `Err(Some(reason))` to report, `Err(None)` to skip without a reason.
+fn slot_filter(
+    cfg: &Config,
+    class: &JobClass,
+    req: &JobRequest,
+    allowed: &[bool],
+    slot: &GpuSlot,
+) -> Result<(), Option<String>> {
+    let gpu = &cfg.gpu_types[slot.gpu_type];
+    let jobs = &slot.jobs;
+    let occupied = !jobs.is_empty();
+    if !allowed[slot.gpu_type] {
+        return Err(Some("not among the requested GPU types".into()));
+    }
+    let used_mem: f64 = jobs.iter().map(|j| cfg.classes[j.class].memory_gib).sum();
+    if used_mem + class.memory_gib > gpu.memory_gib {
+        return Err(Some(format!(
+            "needs {:.0} GiB but {:.0} of {:.0} GiB are free",
+            class.memory_gib,
+            gpu.memory_gib - used_mem,
+            gpu.memory_gib
+        )));
+    }
+    if req.gpus > 1 {
+        // Several whole GPUs: only idle ones count; the node search says why none fit.
+        return if occupied { Err(None) } else { Ok(()) };
+    }
+    if jobs.iter().any(|j| j.exclusive) {
+        return Err(Some("held exclusively".into()));
+    }
+    if occupied && jobs.len() >= usize::from(cfg.policy.max_jobs_per_gpu) {
+        return Err(Some(format!("already shared by {} jobs", jobs.len())));
+    }
+    if occupied && !cfg.policy.allow_cross_user_sharing && jobs.iter().any(|j| j.user != req.user) {
+        return Err(Some(
+            "shared by another user's jobs (allow_cross_user_sharing = false)".into(),
+        ));
+    }
+    let no_option = match req.share {
+        ShareRequest::Exclusive => occupied,
+        ShareRequest::Pct(_) => !gpu.mps,
+        ShareRequest::Auto => occupied && !gpu.mps,
+    };
+    if no_option {
+        return Err(Some(if gpu.mps {
+            "busy, and the job asks for a whole GPU".into()
+        } else {
+            "no MPS on this type".into()
+        }));
+    }
+    Ok(())
 }
 
 /// What a candidate costs: the job's own energy and time plus what it takes from the jobs
