@@ -14,6 +14,9 @@
 # With HESHARE_PLUGIN=path/to/libheshare.so the cluster loads it as job_submit/heshare, with
 # $HESHARE_CONFIG (default: the repository's slurm-conf/heshare.toml) as its configuration, and
 # builds c_shim/spank_heshare.c as the SPANK plugin for the heshare sbatch options.
+# With HESHARE_NODE_HELPER=path/to/heshare the nodes run it as Prolog, Epilog and TaskProlog,
+# with the MODEL GPU backend (the fake GPUs have no driver) and its state, MPS directories and
+# accounting log ($DIR/log/accounting.jsonl) under DIR; its config is $DIR/etc/heshare-node.toml.
 set -euo pipefail
 
 cmd=${1:-}
@@ -125,11 +128,29 @@ CONF
       || die "cannot build c_shim/spank_heshare.c (needs a C compiler and libslurm-dev)"
     echo "required $dir/lib/spank_heshare.so" > "$dir/etc/plugstack.conf"
   fi
-  # A Prolog that records what each job's Prolog sees (the plugin's SPANK_HESHARE_* entries).
+  # A Prolog that records what each job's Prolog sees (the plugin's SPANK_HESHARE_* entries),
+  # then hands over to the node helper when there is one.
+  local run_helper="exit 0"
+  if [ -n "${HESHARE_NODE_HELPER:-}" ]; then
+    [ -x "$HESHARE_NODE_HELPER" ] || die "HESHARE_NODE_HELPER=$HESHARE_NODE_HELPER is not an executable"
+    local base=${HESHARE_CONFIG:-$(cd "$(dirname "$0")/.." && pwd)/slurm-conf/heshare.toml}
+    grep -q '^\[node\]' "$base" && die "$base has a [node] table; the local cluster writes its own"
+    install -d "$dir/lib"
+    install -m 0755 "$HESHARE_NODE_HELPER" "$dir/lib/heshare"
+    { cat "$base"; printf '\n[node]\nbackend = "model"\nstate_dir = "%s"\naccounting_log = "%s"\nmps_pipe_dir = "%s"\nmps_log_dir = "%s"\n' \
+        "$dir/node-state" "$dir/log/accounting.jsonl" "$dir/run/mps" "$dir/log/mps"; } > "$dir/etc/heshare-node.toml"
+    run_helper="HESHARE_CONFIG=$dir/etc/heshare-node.toml exec $dir/lib/heshare"
+    for hook in epilog task-prolog; do
+      printf '#!/bin/sh\n%s %s\n' "$run_helper" "$hook" > "$dir/etc/$hook.sh"
+      chmod 0755 "$dir/etc/$hook.sh"
+    done
+    printf 'Epilog=%s\nTaskProlog=%s\n' "$dir/etc/epilog.sh" "$dir/etc/task-prolog.sh" >> "$conf"
+    run_helper="$run_helper prolog"
+  fi
   cat > "$dir/etc/prolog.sh" <<PROLOG
 #!/bin/sh
 env | sort > "$dir/log/prolog-\$SLURM_JOB_ID.env"
-exit 0
+$run_helper
 PROLOG
   chmod 0755 "$dir/etc/prolog.sh"
   printf 'Prolog=%s\n' "$dir/etc/prolog.sh" >> "$conf"

@@ -146,6 +146,57 @@ struct RawConfig {
     policy: PolicyKnobs,
     gpu: BTreeMap<String, GpuTypeSpec>,
     class: BTreeMap<String, JobClassSpec>,
+    #[serde(default)]
+    node: NodeSettings,
+}
+
+/// Which GPU control the node helper uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BackendChoice {
+    /// NVML when it initialises, else the model with a warning.
+    Auto,
+    Nvml,
+    /// The power model drives clocks, power and the energy counter: for machines without an
+    /// NVIDIA driver (tests, demos). Every record it produces says so.
+    Model,
+}
+
+/// `[node]`: where the node helper (Prolog/Epilog/TaskProlog) keeps its state and logs.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct NodeSettings {
+    pub backend: BackendChoice,
+    /// Per-node state (who shares which GPU, the model GPUs' counters); one subdirectory per
+    /// Slurm node name, so several slurmd on one host keep apart.
+    pub state_dir: PathBuf,
+    /// One JSON line per finished job (and per closed idle interval).
+    pub accounting_log: PathBuf,
+    /// The MPS control program; a bare name is looked up in PATH.
+    pub mps_control: PathBuf,
+    /// MPS pipe and log directories get one subdirectory per node and GPU index.
+    pub mps_pipe_dir: PathBuf,
+    pub mps_log_dir: PathBuf,
+    /// Slurm has no Prolog timeout by default: the helper gives up on a hung command itself.
+    pub command_timeout_s: f64,
+    /// The catalog type of this node's GPUs when a job does not say (no heshare decision) and
+    /// NVML's device name matches no catalog name or alias.
+    pub gpu_type: Option<String>,
+}
+
+impl Default for NodeSettings {
+    fn default() -> Self {
+        NodeSettings {
+            backend: BackendChoice::Auto,
+            state_dir: PathBuf::from("/var/lib/heshare"),
+            accounting_log: PathBuf::from("/var/log/heshare/accounting.jsonl"),
+            mps_control: PathBuf::from("nvidia-cuda-mps-control"),
+            mps_pipe_dir: PathBuf::from("/run/heshare/mps"),
+            mps_log_dir: PathBuf::from("/var/log/heshare/mps"),
+            command_timeout_s: 20.0,
+            gpu_type: None,
+        }
+    }
 }
 
 /// A validated configuration. GPU types and classes keep the file's (sorted) key order, which
@@ -157,6 +208,7 @@ pub struct Config {
     pub classes: Vec<JobClass>,
     /// Index into `gpu_types` of `policy.reference_gpu`.
     pub reference_gpu: usize,
+    pub node: NodeSettings,
 }
 
 impl Config {
@@ -587,11 +639,49 @@ fn validate(raw: RawConfig, errs: &mut Problems) -> Config {
             slowdown_bound: c.slowdown_bound,
         });
     }
+    validate_node(&raw.node, &gpu_types, errs);
     Config {
         policy: raw.policy,
         gpu_types,
         classes,
         reference_gpu: reference_gpu.unwrap_or(0),
+        node: raw.node,
+    }
+}
+
+fn validate_node(n: &NodeSettings, gpu_types: &[GpuType], errs: &mut Problems) {
+    for (field, path) in [
+        ("node.state_dir", &n.state_dir),
+        ("node.accounting_log", &n.accounting_log),
+        ("node.mps_pipe_dir", &n.mps_pipe_dir),
+        ("node.mps_log_dir", &n.mps_log_dir),
+    ] {
+        check(
+            errs,
+            path.is_absolute(),
+            field,
+            format!(
+                "\"{}\" must be an absolute path (the helper runs from slurmd's directory)",
+                path.display()
+            ),
+        );
+    }
+    check(
+        errs,
+        finite_in(n.command_timeout_s, 0.1, 600.0),
+        "node.command_timeout_s",
+        format!("{} is outside 0.1..=600", n.command_timeout_s),
+    );
+    if let Some(t) = &n.gpu_type {
+        let known = gpu_types.iter().any(|g| {
+            g.name.eq_ignore_ascii_case(t) || g.aliases.iter().any(|a| a.eq_ignore_ascii_case(t))
+        });
+        check(
+            errs,
+            known,
+            "node.gpu_type",
+            format!("\"{t}\" is not a GPU type of the catalog"),
+        );
     }
 }
 

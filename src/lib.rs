@@ -9,6 +9,7 @@ pub mod cli;
 pub mod cluster;
 pub mod config;
 pub mod model;
+pub mod node;
 pub mod policy;
 pub mod report;
 pub mod sim;

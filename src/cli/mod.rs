@@ -14,6 +14,8 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 mod bench;
+mod node;
+mod report;
 mod simulate;
 mod simulate_time;
 
@@ -54,6 +56,18 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Replay a trace through the schedulers and compare them.
     Simulate(simulate::SimulateArgs),
+    /// Slurm Prolog (as root on the compute node): join the job to its GPUs, start MPS, set the
+    /// clock.
+    Prolog(node::HookArgs),
+    /// Slurm Epilog: account the job's GPU energy, reset or re-optimise the clock, stop MPS.
+    Epilog(node::HookArgs),
+    /// Slurm TaskProlog: print the MPS `export` lines a sharing job's tasks need.
+    TaskProlog(node::HookArgs),
+    /// Inspect or repair a node's helper state.
+    #[command(subcommand)]
+    Node(node::NodeCommand),
+    /// Energy accounting tables, CSV/JSON, an SVG chart and a Prometheus textfile.
+    Report(report::ReportArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -155,6 +169,11 @@ pub fn main() -> ExitCode {
         }
         Command::Simulate(args) => load_config(&args.config.config)
             .and_then(|(cfg, _)| simulate::run(&mut out, &cfg, &args)),
+        Command::Prolog(args) => node::hook(&args, node::Hook::Prolog),
+        Command::Epilog(args) => node::hook(&args, node::Hook::Epilog),
+        Command::TaskProlog(args) => node::task_prolog(&mut out, &args),
+        Command::Node(cmd) => node::node(&mut out, &cmd),
+        Command::Report(args) => report::run(&mut out, &args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

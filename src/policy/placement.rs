@@ -159,6 +159,9 @@ pub struct Decision {
     pub nice: i32,
     pub class: String,
     pub energy_weight: f64,
+    /// The slowdown bound the decision kept; the node helper keeps it when it re-optimises the
+    /// GPU's clock as jobs come and go.
+    pub slowdown_bound: f64,
     pub reason: String,
 }
 
@@ -399,7 +402,7 @@ pub fn place(cfg: &Config, view: &ClusterView, req: &JobRequest) -> Result<Plan,
     let mut scored = score(raw, weight);
     rank(&mut scored);
     let nice = nice_adjustment(cfg, class, &allowed, &scored[0], req.gpus);
-    let decision = decide(&scored, class, weight, nice);
+    let decision = decide(&scored, class, weight, bound, nice);
     Ok(Plan {
         decision,
         candidates: scored,
@@ -548,7 +551,7 @@ fn rank(cands: &mut [Candidate]) {
     });
 }
 
-fn decide(cands: &[Candidate], class: &JobClass, weight: f64, nice: i32) -> Decision {
+fn decide(cands: &[Candidate], class: &JobClass, weight: f64, bound: f64, nice: i32) -> Decision {
     let best = &cands[0];
     let how = if best.exclusive {
         format!("{} whole {}", best.gpus, best.gpu_type)
@@ -608,6 +611,7 @@ fn decide(cands: &[Candidate], class: &JobClass, weight: f64, nice: i32) -> Deci
         nice,
         class: class.name.clone(),
         energy_weight: weight,
+        slowdown_bound: bound,
         reason,
     }
 }

@@ -309,6 +309,7 @@ fn rewrite(ask: &GpuAsk, plan: &Plan, class: &str) -> Rewrite {
             format!("HESHARE_GPU_TYPE={}", d.gpu_type),
             format!("HESHARE_SHARE={share}"),
             format!("HESHARE_SM_CLOCK_MHZ={}", d.sm_clock_mhz),
+            format!("HESHARE_BOUND={}", d.slowdown_bound),
             format!("HESHARE_PRED_RUNTIME_S={:.0}", d.predicted_runtime_s),
             format!("HESHARE_PRED_ENERGY_J={:.0}", d.predicted_energy_j),
         ],

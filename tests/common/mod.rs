@@ -36,6 +36,7 @@ impl Cluster {
         let offset = match tag {
             "plain" => 0,
             "plugin" => 10,
+            "node" => 25,
             _ => 20,
         };
         let port = (20_000 + (pid % 1_000) * 30 + offset).to_string();

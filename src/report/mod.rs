@@ -1,6 +1,8 @@
 //! Reports for people: small, dependency-free SVG charts (grouped bar charts) that any browser
 //! shows. Pure string building, so the simulator and the accounting reports share it.
 
+pub mod accounting;
+
 use std::fmt::Write;
 
 /// One panel: a title, a unit, and a value per label.

@@ -1,0 +1,185 @@
+//! `heshare prolog|epilog|task-prolog` (run by slurmd) and `heshare node status|repair` (run by
+//! admins). Slurm drains the node when a Prolog or Epilog exits non-zero, so every failure says
+//! on stderr what went wrong; notes also go to the node's helper.log beside its state.
+
+use super::{ConfigArg, load_config};
+use crate::config::Config;
+use crate::node::{JobEnv, NodeHelper, task_exports};
+use anyhow::{Context, Result};
+use std::io::Write;
+
+#[derive(clap::Args, Debug)]
+pub struct HookArgs {
+    #[command(flatten)]
+    config: ConfigArg,
+}
+
+#[derive(clap::Subcommand, Debug)]
+pub enum NodeCommand {
+    /// Show which jobs share each GPU of a node, its clocks and attributed energy.
+    Status {
+        #[command(flatten)]
+        config: ConfigArg,
+        /// Slurm node name [default: $SLURMD_NODENAME, else the host name].
+        #[arg(long)]
+        node: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Append records a killed helper left pending, reset clocks of GPUs without jobs, stop MPS
+    /// daemons without sharing jobs; with --end-job, end a job whose Epilog never finished.
+    Repair {
+        #[command(flatten)]
+        config: ConfigArg,
+        #[arg(long)]
+        node: Option<String>,
+        /// A job id to end as its Epilog would have (repeatable).
+        #[arg(long = "end-job", value_name = "JOBID")]
+        end_jobs: Vec<String>,
+    },
+}
+
+#[derive(Clone, Copy, Debug)]
+pub enum Hook {
+    Prolog,
+    Epilog,
+}
+
+fn env_var(name: &str) -> Option<String> {
+    std::env::var(name).ok()
+}
+
+fn node_name(explicit: Option<String>) -> String {
+    explicit
+        .or_else(|| env_var("SLURMD_NODENAME"))
+        .or_else(|| {
+            std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .ok()
+                .map(|h| h.trim().to_owned())
+        })
+        .unwrap_or_else(|| "localhost".into())
+}
+
+/// Appends timestamped lines to the node's helper.log; a failure to log must not fail the job.
+fn log_notes(cfg: &Config, node: &str, what: &str, notes: &[String]) {
+    if notes.is_empty() {
+        return;
+    }
+    let path = cfg.node.state_dir.join(node).join("helper.log");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let mut text = String::new();
+    for n in notes {
+        eprintln!("heshare {what}: {n}");
+        text.push_str(&format!("{now} {what}: {n}\n"));
+    }
+    let _ = std::fs::create_dir_all(path.parent().unwrap_or(&cfg.node.state_dir));
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+    {
+        let _ = f.write_all(text.as_bytes());
+    }
+}
+
+pub fn hook(args: &HookArgs, which: Hook) -> Result<()> {
+    let (cfg, _) = load_config(&args.config.config)?;
+    let what = match which {
+        Hook::Prolog => "prolog",
+        Hook::Epilog => "epilog",
+    };
+    let Some(job) =
+        JobEnv::from_vars(&env_var).with_context(|| format!("{what}: bad job environment"))?
+    else {
+        return Ok(()); // no GPUs: nothing to do
+    };
+    let mut helper = NodeHelper::new(&cfg, &job.node);
+    let result = match which {
+        Hook::Prolog => helper.prolog(&job),
+        Hook::Epilog => helper.epilog(&job),
+    };
+    let mut notes = std::mem::take(&mut helper.warnings);
+    if let Err(e) = &result {
+        notes.push(format!("job {}: FAILED: {e}", job.job_id));
+    }
+    log_notes(&cfg, &job.node, what, &notes);
+    result.with_context(|| format!("{what} of job {}", job.job_id))
+}
+
+pub fn task_prolog(out: &mut impl Write, args: &HookArgs) -> Result<()> {
+    let (cfg, _) = load_config(&args.config.config)?;
+    let text = task_exports(&cfg, &env_var).context("task-prolog: bad task environment")?;
+    out.write_all(text.as_bytes())?;
+    Ok(())
+}
+
+pub fn node(out: &mut impl Write, cmd: &NodeCommand) -> Result<()> {
+    match cmd {
+        NodeCommand::Status { config, node, json } => {
+            let (cfg, _) = load_config(&config.config)?;
+            let name = node_name(node.clone());
+            let mut helper = NodeHelper::new(&cfg, &name);
+            let st = helper.status()?;
+            if *json {
+                serde_json::to_writer_pretty(&mut *out, &st)?;
+                writeln!(out)?;
+                return Ok(());
+            }
+            writeln!(out, "node {} (backend: {})", st.node, st.backend.as_str())?;
+            writeln!(
+                out,
+                "{:>4}  {:<10}  {:<20}  {:>9}  {:>4}  {:>14}  {:>14}",
+                "gpu", "type", "jobs", "clock", "mps", "jobs J", "idle J"
+            )?;
+            for g in &st.gpus {
+                let clock = g
+                    .locked_mhz
+                    .map_or_else(|| "default".to_owned(), |m| format!("{m} MHz"));
+                writeln!(
+                    out,
+                    "{:>4}  {:<10}  {:<20}  {:>9}  {:>4}  {:>14.1}  {:>14.1}",
+                    g.gpu,
+                    g.gpu_type,
+                    if g.jobs.is_empty() {
+                        "-".to_owned()
+                    } else {
+                        g.jobs.join(",")
+                    },
+                    clock,
+                    if g.mps_daemon { "on" } else { "-" },
+                    g.attributed_jobs_j,
+                    g.attributed_idle_j
+                )?;
+            }
+            if st.pending_records > 0 {
+                writeln!(
+                    out,
+                    "{} record(s) wait for the accounting log",
+                    st.pending_records
+                )?;
+            }
+            Ok(())
+        }
+        NodeCommand::Repair {
+            config,
+            node,
+            end_jobs,
+        } => {
+            let (cfg, _) = load_config(&config.config)?;
+            let name = node_name(node.clone());
+            let mut helper = NodeHelper::new(&cfg, &name);
+            let ended = helper.repair_node(end_jobs)?;
+            for n in &helper.warnings {
+                writeln!(out, "{n}")?;
+            }
+            for id in ended {
+                writeln!(out, "job {id}: ended, record written")?;
+            }
+            writeln!(out, "node {name}: repaired")?;
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,947 @@
+//! The Prolog, Epilog and TaskProlog flows. Each run holds the node's lock from start to end,
+//! takes its one reading of the time after the lock (so concurrent helpers' intervals never
+//! overlap), and moves the node from one consistent state to the next:
+//!
+//! - prolog: close each of the job's GPUs' intervals (energy so far to whoever was there), add
+//!   the job, save; start MPS for a shared GPU; re-optimise and apply the clock; save.
+//! - epilog: close the intervals, take the job off, put its record in the outbox, save; apply
+//!   the clock for those left (reset when none), stop MPS after the last sharing job; save;
+//!   append the outbox to the accounting log; save.
+//!
+//! Every run first appends any record a killed run left in the outbox and resets the clock of
+//! any GPU the state says is idle, so a crash at any step is repaired by the next run.
+
+use super::attribution::{counter_delta, model_weights, split};
+use super::gpu::{BackendKind, GpuControl, GpuError, ModelGpus, NvmlGpus};
+use super::mps::{Mps, MpsError};
+use super::record::{self, Record, RecordKind};
+use super::state::{
+    ClockChange, GpuState, JobOnGpu, Locked, NodeState, Sample, StateDir, StateError,
+};
+use crate::config::{BackendChoice, Config};
+use crate::model::{GpuType, JobClass, JobKind, ModelParams, Tenant, predict};
+use crate::policy::{ShareError, ShareJob, ShareParams, ShareSpec, optimize};
+use crate::units::{Mhz, SharePct, Watts};
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+#[derive(Debug, thiserror::Error)]
+pub enum HelperError {
+    #[error("{var}: {message}")]
+    Env { var: &'static str, message: String },
+    #[error(transparent)]
+    State(#[from] StateError),
+    #[error(transparent)]
+    Gpu(#[from] GpuError),
+    #[error("MPS: {0}")]
+    Mps(#[from] MpsError),
+    #[error("accounting log {}: {source}", path.display())]
+    Log {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("GPU {gpu}: {message}")]
+    GpuType { gpu: u32, message: String },
+}
+
+/// What Slurm tells the helper about a job, from the Prolog/Epilog environment.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobEnv {
+    pub job_id: String,
+    pub user: String,
+    pub uid: u32,
+    pub account: String,
+    pub node: String,
+    pub gpus: Vec<u32>,
+    /// `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`: set by gres/mps for a shared GPU.
+    pub mps_pct: Option<u8>,
+    pub class: Option<String>,
+    pub gpu_type: Option<String>,
+    pub bound: Option<f64>,
+}
+
+impl JobEnv {
+    /// Reads the job from `get` (the environment). `Ok(None)` for a job without GPUs, which the
+    /// helper leaves alone.
+    pub fn from_vars(get: &dyn Fn(&str) -> Option<String>) -> Result<Option<JobEnv>, HelperError> {
+        let gpus_var = if get("SLURM_JOB_GPUS").is_some() {
+            "SLURM_JOB_GPUS"
+        } else {
+            "CUDA_VISIBLE_DEVICES"
+        };
+        let gpus = match get(gpus_var) {
+            None => return Ok(None),
+            Some(s) if s.trim().is_empty() || s == "NoDevFiles" => return Ok(None),
+            Some(s) => parse_gpu_list(&s).map_err(|message| HelperError::Env {
+                var: gpus_var,
+                message,
+            })?,
+        };
+        let need = |var: &'static str| {
+            get(var).filter(|v| !v.is_empty()).ok_or(HelperError::Env {
+                var,
+                message: "not set (the helper must run as Slurm's Prolog/Epilog)".into(),
+            })
+        };
+        let job_id = need("SLURM_JOB_ID")?;
+        if !job_id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.')
+        {
+            return Err(HelperError::Env {
+                var: "SLURM_JOB_ID",
+                message: format!("{job_id:?} is not a job id"),
+            });
+        }
+        let uid_s = need("SLURM_JOB_UID")?;
+        let uid = uid_s.parse::<u32>().map_err(|_| HelperError::Env {
+            var: "SLURM_JOB_UID",
+            message: format!("{uid_s:?} is not a numeric uid"),
+        })?;
+        let node = need("SLURMD_NODENAME")?;
+        if node.contains('/') || node.starts_with('.') {
+            return Err(HelperError::Env {
+                var: "SLURMD_NODENAME",
+                message: format!("{node:?} is not a node name"),
+            });
+        }
+        let mps_pct = match get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE") {
+            None => None,
+            Some(s) => Some(
+                s.parse::<u8>()
+                    .ok()
+                    .filter(|p| (1..=100).contains(p))
+                    .ok_or(HelperError::Env {
+                        var: "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
+                        message: format!("{s:?} is not a percentage 1..=100"),
+                    })?,
+            ),
+        };
+        let bound = match get("SPANK_HESHARE_BOUND") {
+            None => None,
+            Some(s) => Some(
+                s.parse::<f64>()
+                    .ok()
+                    .filter(|b| b.is_finite() && *b >= 1.0)
+                    .ok_or(HelperError::Env {
+                        var: "SPANK_HESHARE_BOUND",
+                        message: format!("{s:?} is not a slowdown bound >= 1"),
+                    })?,
+            ),
+        };
+        Ok(Some(JobEnv {
+            job_id,
+            user: get("SLURM_JOB_USER").unwrap_or_else(|| uid.to_string()),
+            uid,
+            account: get("SLURM_JOB_ACCOUNT").unwrap_or_default(),
+            node,
+            gpus,
+            mps_pct,
+            class: get("SPANK_HESHARE_CLASS").filter(|s| !s.is_empty()),
+            gpu_type: get("SPANK_HESHARE_GPU_TYPE").filter(|s| !s.is_empty()),
+            bound,
+        }))
+    }
+}
+
+/// `0,2-3` → [0, 2, 3].
+pub fn parse_gpu_list(s: &str) -> Result<Vec<u32>, String> {
+    let mut out = Vec::new();
+    for part in s.split(',') {
+        let part = part.trim();
+        let bad = || format!("{part:?} in {s:?} is not a GPU index or range");
+        match part.split_once('-') {
+            Some((a, b)) => {
+                let a: u32 = a.parse().map_err(|_| bad())?;
+                let b: u32 = b.parse().map_err(|_| bad())?;
+                if b < a || b - a > 1024 {
+                    return Err(bad());
+                }
+                out.extend(a..=b);
+            }
+            None => out.push(part.parse().map_err(|_| bad())?),
+        }
+    }
+    out.sort_unstable();
+    out.dedup();
+    Ok(out)
+}
+
+/// The `export` lines TaskProlog prints for a task (empty for a job without an MPS share).
+/// slurmd gives TaskProlog no GPU list, so the job's GPU comes from the node state the Prolog
+/// wrote (read without the lock: it is only ever replaced whole).
+pub fn task_exports(
+    cfg: &Config,
+    get: &dyn Fn(&str) -> Option<String>,
+) -> Result<String, HelperError> {
+    let Some(pct) = get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE") else {
+        return Ok(String::new());
+    };
+    let pct: u8 = pct
+        .parse()
+        .ok()
+        .filter(|p| (1..=100).contains(p))
+        .ok_or(HelperError::Env {
+            var: "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
+            message: format!("{pct:?} is not a percentage 1..=100"),
+        })?;
+    let node = get("SLURMD_NODENAME").ok_or(HelperError::Env {
+        var: "SLURMD_NODENAME",
+        message: "not set (the helper must run as Slurm's TaskProlog)".into(),
+    })?;
+    let from_env = ["SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES"]
+        .into_iter()
+        .find_map(|var| get(var).map(|v| (var, v)));
+    let gpu = match from_env {
+        Some((var, list)) => parse_gpu_list(&list)
+            .map_err(|message| HelperError::Env { var, message })?
+            .first()
+            .copied(),
+        None => {
+            let job_id = get("SLURM_JOB_ID").ok_or(HelperError::Env {
+                var: "SLURM_JOB_ID",
+                message: "not set (the helper must run as Slurm's TaskProlog)".into(),
+            })?;
+            StateDir::new(&cfg.node.state_dir, &node)
+                .peek()?
+                .gpus
+                .iter()
+                .find(|(_, g)| g.jobs.iter().any(|j| j.job_id == job_id))
+                .map(|(&i, _)| i)
+        }
+    };
+    let Some(gpu) = gpu else {
+        return Ok(String::new());
+    };
+    let mps = mps_of(cfg, &node);
+    Ok(format!(
+        "export CUDA_MPS_PIPE_DIRECTORY={}\nexport CUDA_MPS_LOG_DIRECTORY={}\nexport CUDA_MPS_ACTIVE_THREAD_PERCENTAGE={pct}\n",
+        mps.pipe_dir(gpu).display(),
+        mps.log_dir(gpu).display(),
+    ))
+}
+
+fn mps_of(cfg: &Config, node: &str) -> Mps {
+    Mps::new(
+        &cfg.node.mps_control,
+        &cfg.node.mps_pipe_dir,
+        &cfg.node.mps_log_dir,
+        node,
+        Duration::from_secs_f64(cfg.node.command_timeout_s),
+    )
+}
+
+/// Whether `program` can be run: a path that exists, or a bare name found in PATH.
+fn program_exists(program: &Path) -> bool {
+    if program.components().count() > 1 {
+        return program.is_file();
+    }
+    std::env::var_os("PATH")
+        .is_some_and(|paths| std::env::split_paths(&paths).any(|d| d.join(program).is_file()))
+}
+
+/// Opens the configured GPU backend at time `now`; the warning says when `auto` fell back.
+pub fn open_backend(
+    cfg: &Config,
+    dir: &StateDir,
+    now: f64,
+) -> Result<(Box<dyn GpuControl>, Option<String>), HelperError> {
+    let model =
+        || ModelGpus::open(&dir.model_file(), now).map(|m| Box::new(m) as Box<dyn GpuControl>);
+    match cfg.node.backend {
+        BackendChoice::Model => Ok((model()?, None)),
+        BackendChoice::Nvml => Ok((Box::new(NvmlGpus::init()?), None)),
+        BackendChoice::Auto => match NvmlGpus::init() {
+            Ok(n) => Ok((Box::new(n), None)),
+            Err(e) => Ok((
+                model()?,
+                Some(format!(
+                    "{e}; using the MODEL backend: clocks, power and energy are modelled, not measured"
+                )),
+            )),
+        },
+    }
+}
+
+/// A test hook: `HESHARE_TEST_KILL_AT=STEP` kills the helper with SIGKILL at that step, so the
+/// tests can prove that the next run repairs whatever a kill leaves.
+pub const STEPS: &[&str] = &[
+    "prolog:locked",
+    "prolog:joined",
+    "prolog:mps",
+    "prolog:clocked",
+    "epilog:locked",
+    "epilog:recorded",
+    "epilog:clocked",
+    "epilog:logged",
+];
+
+/// One node's helper.
+pub struct NodeHelper<'a> {
+    cfg: &'a Config,
+    node: String,
+    dir: StateDir,
+    mps: Mps,
+    kill_at: Option<String>,
+    /// Notes for the log (slurmd keeps the helper's stderr in its log at debug level).
+    pub warnings: Vec<String>,
+}
+
+/// What one locked run works on.
+struct Run {
+    lock: Locked,
+    st: NodeState,
+    gpu: Box<dyn GpuControl>,
+    now: f64,
+}
+
+/// One GPU as `heshare node status` shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct GpuStatus {
+    pub gpu: u32,
+    pub gpu_type: String,
+    pub jobs: Vec<String>,
+    pub locked_mhz: Option<u32>,
+    pub backend_locked_mhz: Option<u32>,
+    pub mps_daemon: bool,
+    pub counter_first_j: Option<f64>,
+    pub counter_last_j: Option<f64>,
+    pub attributed_jobs_j: f64,
+    pub attributed_idle_j: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct NodeStatus {
+    pub node: String,
+    pub backend: BackendKind,
+    pub gpus: Vec<GpuStatus>,
+    pub pending_records: usize,
+}
+
+fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}
+
+fn round_ms(t: f64) -> i64 {
+    // Unix times in ms fit an i64 for the next 292 million years.
+    #[allow(clippy::cast_possible_truncation)]
+    let ms = (t * 1000.0).round() as i64;
+    ms
+}
+
+impl<'a> NodeHelper<'a> {
+    pub fn new(cfg: &'a Config, node: &str) -> Self {
+        NodeHelper {
+            cfg,
+            node: node.to_owned(),
+            dir: StateDir::new(&cfg.node.state_dir, node),
+            mps: mps_of(cfg, node),
+            kill_at: std::env::var("HESHARE_TEST_KILL_AT").ok(),
+            warnings: Vec::new(),
+        }
+    }
+
+    fn step(&self, name: &str) {
+        if self.kill_at.as_deref() == Some(name) {
+            // SAFETY: raise() sends a signal to this process; SIGKILL cannot be caught.
+            unsafe {
+                libc::raise(libc::SIGKILL);
+            }
+        }
+    }
+
+    fn begin(&mut self) -> Result<Run, HelperError> {
+        let lock = self.dir.lock()?;
+        let (st, warn) = self.dir.load(&lock)?;
+        self.warnings.extend(warn);
+        let now = unix_now();
+        let (gpu, warn) = open_backend(self.cfg, &self.dir, now)?;
+        self.warnings.extend(warn);
+        Ok(Run { lock, st, gpu, now })
+    }
+
+    fn save(&self, run: &mut Run) -> Result<(), HelperError> {
+        run.gpu.commit()?;
+        self.dir.save(&run.lock, &run.st)?;
+        Ok(())
+    }
+
+    /// Appends what waits in the outbox, then empties it.
+    fn flush(&self, run: &mut Run) -> Result<(), HelperError> {
+        if run.st.outbox.is_empty() {
+            return Ok(());
+        }
+        let log = &self.cfg.node.accounting_log;
+        record::append(log, &run.st.outbox).map_err(|source| HelperError::Log {
+            path: log.clone(),
+            source,
+        })?;
+        run.st.outbox.clear();
+        self.save(run)
+    }
+
+    /// What a killed run may have left: records not yet in the log, clocks of GPUs without
+    /// jobs, MPS daemons without sharing jobs.
+    fn repair(&mut self, run: &mut Run) -> Result<(), HelperError> {
+        self.flush(run)?;
+        let mut changed = false;
+        let idle: Vec<u32> = run
+            .st
+            .gpus
+            .iter()
+            .filter(|(_, g)| g.jobs.is_empty())
+            .map(|(&i, _)| i)
+            .collect();
+        for i in idle {
+            let gs = run.st.gpus.get_mut(&i).expect("listed above");
+            if gs.locked_mhz.is_some() || run.gpu.locked_clock(i).is_some() {
+                if let Some(t) = self.cfg.resolve_gpu_type(&gs.gpu_type) {
+                    run.gpu.attach(i, &self.cfg.gpu_types[t])?;
+                }
+                run.gpu.reset_clock(i)?;
+                gs.locked_mhz = None;
+                changed = true;
+                self.warnings
+                    .push(format!("GPU {i}: no job, clock was still locked: reset"));
+            }
+            if gs.mps_daemon {
+                self.mps.stop(i)?;
+                gs.mps_daemon = false;
+                changed = true;
+            }
+        }
+        if changed {
+            self.save(run)?;
+        }
+        Ok(())
+    }
+
+    fn gpu_type_for(&self, run: &Run, gpu: u32, job: &JobEnv) -> Result<usize, HelperError> {
+        let known = run.st.gpus.get(&gpu).map(|g| g.gpu_type.clone());
+        let by_name = run
+            .gpu
+            .name(gpu)
+            .ok()
+            .and_then(|n| self.match_device_name(&n));
+        let candidates = [
+            known,
+            job.gpu_type.clone(),
+            self.cfg.node.gpu_type.clone(),
+            by_name,
+        ];
+        for name in candidates.into_iter().flatten() {
+            if let Some(t) = self.cfg.resolve_gpu_type(&name) {
+                return Ok(t);
+            }
+        }
+        Err(HelperError::GpuType {
+            gpu,
+            message: format!(
+                "unknown GPU type: the job names none (no heshare decision), [node] gpu_type is unset and the device name matches no catalog type ({})",
+                self.cfg.gpu_type_names()
+            ),
+        })
+    }
+
+    /// Matches an NVML device name ("NVIDIA A100-SXM4-40GB") to a catalog type by the longest
+    /// catalog name or alias it contains.
+    fn match_device_name(&self, device: &str) -> Option<String> {
+        let lower = device.to_ascii_lowercase();
+        self.cfg
+            .gpu_types
+            .iter()
+            .flat_map(|g| {
+                std::iter::once(g.name.as_str())
+                    .chain(g.aliases.iter().map(String::as_str))
+                    .map(move |n| (n.to_ascii_lowercase(), g.name.clone()))
+            })
+            .filter(|(n, _)| lower.contains(n.as_str()))
+            .max_by_key(|(n, _)| n.len())
+            .map(|(_, g)| g)
+    }
+
+    /// Reads the counter and gives the energy since the last reading to whoever held the GPU.
+    fn close_interval(&self, run: &mut Run, gpu: u32) -> Result<(), HelperError> {
+        let counter = run.gpu.energy_mj(gpu)?;
+        let now = run.now;
+        let gs = run.st.gpus.get_mut(&gpu).expect("caller inserted the GPU");
+        let sample = Sample {
+            t: now,
+            counter_mj: counter,
+        };
+        match gs.last {
+            None => {
+                gs.first = Some(sample);
+                gs.idle_since = Some(now);
+            }
+            Some(last) => {
+                let (energy, reset) = counter_delta(last.counter_mj, counter);
+                let gpu_type = &self.cfg.gpu_types[self
+                    .cfg
+                    .resolve_gpu_type(&gs.gpu_type)
+                    .unwrap_or(self.cfg.reference_gpu)];
+                let fallback = fallback_classes(&gs.jobs);
+                let tenants = tenants(self.cfg, &gs.jobs, &fallback);
+                let clock = Mhz(gs.locked_mhz.unwrap_or(gs.default_clock_mhz));
+                let (weights, idle_w) = model_weights(
+                    gpu_type,
+                    &self.cfg.gpu_types[self.cfg.reference_gpu],
+                    &tenants,
+                    clock,
+                    self.model_params(),
+                );
+                let (parts, idle) = split(energy, &weights, idle_w);
+                for (j, p) in gs.jobs.iter_mut().zip(parts) {
+                    j.energy_j += p.0;
+                    j.counter_reset |= reset;
+                    gs.attributed_jobs_j += p.0;
+                }
+                gs.idle_j += idle.0;
+                gs.attributed_idle_j += idle.0;
+                if gs.idle_since.is_none() {
+                    gs.idle_since = Some(last.t);
+                }
+            }
+        }
+        gs.last = Some(sample);
+        Ok(())
+    }
+
+    /// Moves the idle energy gathered so far on `gpu` into an idle record in the outbox.
+    fn emit_idle(&self, run: &mut Run, gpu: u32) {
+        let now = run.now;
+        let backend = run.gpu.kind();
+        let gs = run.st.gpus.get_mut(&gpu).expect("caller inserted the GPU");
+        let since = gs.idle_since.unwrap_or(now);
+        if gs.idle_j > 0.0 {
+            let dur = (now - since).max(1e-9);
+            run.st.outbox.push(Record {
+                record_id: format!("{}:idle:{gpu}:{}", self.node, round_ms(since)),
+                kind: RecordKind::Idle,
+                node: self.node.clone(),
+                job_id: String::new(),
+                user: String::new(),
+                uid: 0,
+                account: String::new(),
+                class: None,
+                gpus: vec![gpu],
+                gpu_type: gs.gpu_type.clone(),
+                share_pct: None,
+                clocks: Vec::new(),
+                start: since,
+                end: now,
+                energy_j: gs.idle_j,
+                avg_w: gs.idle_j / dur,
+                backend,
+                counter_reset: false,
+                complete: true,
+            });
+        }
+        gs.idle_j = 0.0;
+        gs.idle_since = Some(now);
+    }
+
+    fn model_params(&self) -> ModelParams {
+        ModelParams {
+            contention_kappa: self.cfg.policy.contention_kappa,
+        }
+    }
+
+    /// Chooses the GPU's clock for the jobs on it (the #2 sharing optimizer), applies it, and
+    /// tells a model GPU what it now draws. Without jobs: reset to the default.
+    fn apply_clock(&mut self, run: &mut Run, gpu: u32) -> Result<(), HelperError> {
+        let now = run.now;
+        let gs = run.st.gpus.get(&gpu).expect("caller inserted the GPU");
+        let t = self
+            .cfg
+            .resolve_gpu_type(&gs.gpu_type)
+            .unwrap_or(self.cfg.reference_gpu);
+        let gpu_type = &self.cfg.gpu_types[t];
+        let reference = &self.cfg.gpu_types[self.cfg.reference_gpu];
+        if gs.jobs.is_empty() {
+            run.gpu.reset_clock(gpu)?;
+            run.gpu.set_modelled_power(gpu, gpu_type.idle_power);
+            run.st.gpus.get_mut(&gpu).expect("present").locked_mhz = None;
+            return Ok(());
+        }
+        let (clock, note) = self.choose_clock(gpu_type, reference, &gs.jobs);
+        if let Some(n) = note {
+            self.warnings.push(format!("GPU {gpu}: {n}"));
+        }
+        let applied = if clock == gpu_type.default_sm_clock {
+            run.gpu.reset_clock(gpu).map(|()| None)
+        } else {
+            run.gpu.lock_clock(gpu, clock).map(|()| Some(clock.0))
+        };
+        let gs = run.st.gpus.get_mut(&gpu).expect("present");
+        let applied = match applied {
+            Ok(a) => a,
+            Err(e) => {
+                // A GPU that refuses clock changes (a VM, no root) still gets its accounting.
+                self.warnings
+                    .push(format!("GPU {gpu}: {e}; clock left as it was"));
+                gs.locked_mhz
+            }
+        };
+        gs.locked_mhz = applied;
+        let running = Mhz(applied.unwrap_or(gs.default_clock_mhz));
+        for j in &mut gs.jobs {
+            if j.clocks.last().is_none_or(|c| c.mhz != running.0) {
+                j.clocks.push(ClockChange {
+                    t: now,
+                    mhz: running.0,
+                });
+            }
+        }
+        let fallback = fallback_classes(&gs.jobs);
+        let tenants = tenants(self.cfg, &gs.jobs, &fallback);
+        let power: Watts =
+            predict(gpu_type, reference, &tenants, running, self.model_params()).power;
+        run.gpu.set_modelled_power(gpu, power);
+        Ok(())
+    }
+
+    fn choose_clock(
+        &self,
+        gpu: &GpuType,
+        reference: &GpuType,
+        jobs: &[JobOnGpu],
+    ) -> (Mhz, Option<String>) {
+        let classes: Option<Vec<&JobClass>> = jobs
+            .iter()
+            .map(|j| j.class.as_deref().and_then(|c| self.cfg.class(c)))
+            .collect();
+        let Some(classes) = classes else {
+            return (
+                gpu.default_sm_clock,
+                Some("a job without a known --gpu-class shares it: default clock".into()),
+            );
+        };
+        let share_jobs: Vec<ShareJob<'_>> = jobs
+            .iter()
+            .zip(&classes)
+            .map(|(j, c)| ShareJob {
+                class: c,
+                share: ShareSpec::Fixed(share_of(j)),
+                user: j.uid,
+                bound: j.bound,
+            })
+            .collect();
+        let params = ShareParams {
+            model: self.model_params(),
+            share_step_pct: self.cfg.policy.mps_share_step_pct,
+        };
+        match optimize(gpu, reference, &share_jobs, params) {
+            Ok(plan) => (plan.clock, None),
+            Err(ShareError::BoundViolated {
+                job,
+                class,
+                slowdown,
+                bound,
+            }) => (
+                gpu.default_sm_clock,
+                Some(format!(
+                    "job {} ({class}) runs {slowdown:.2}x slower than alone even at the fastest clock (bound {bound:.2}x): default clock",
+                    jobs.get(job).map_or("?", |j| j.job_id.as_str())
+                )),
+            ),
+            Err(e) => (gpu.default_sm_clock, Some(format!("{e}: default clock"))),
+        }
+    }
+
+    /// Prolog: the job joins its GPUs.
+    pub fn prolog(&mut self, job: &JobEnv) -> Result<(), HelperError> {
+        let mut run = self.begin()?;
+        self.step("prolog:locked");
+        self.repair(&mut run)?;
+        let mut joined = Vec::new();
+        for &g in &job.gpus {
+            let t = self.gpu_type_for(&run, g, job)?;
+            let gpu_type = &self.cfg.gpu_types[t];
+            run.gpu.attach(g, gpu_type)?;
+            let gs = run
+                .st
+                .gpus
+                .entry(g)
+                .or_insert_with(|| GpuState::new(&gpu_type.name, gpu_type.default_sm_clock.0));
+            joined.push(g);
+            if gs.jobs.iter().any(|j| j.job_id == job.job_id) {
+                // A Prolog run again for the job (requeue, or after a killed run) joins once but
+                // still makes sure of MPS and the clock below.
+                continue;
+            }
+            self.close_interval(&mut run, g)?;
+            self.emit_idle(&mut run, g);
+            let class = job.class.clone().filter(|c| self.cfg.class(c).is_some());
+            let bound = job.bound.unwrap_or_else(|| {
+                class
+                    .as_deref()
+                    .and_then(|c| self.cfg.class(c))
+                    .and_then(|c| c.slowdown_bound)
+                    .unwrap_or(self.cfg.policy.slowdown_bound)
+            });
+            run.st
+                .gpus
+                .get_mut(&g)
+                .expect("inserted")
+                .jobs
+                .push(JobOnGpu {
+                    job_id: job.job_id.clone(),
+                    user: job.user.clone(),
+                    uid: job.uid,
+                    account: job.account.clone(),
+                    class,
+                    share_pct: job.mps_pct,
+                    bound,
+                    gpus: job.gpus.clone(),
+                    start: run.now,
+                    energy_j: 0.0,
+                    clocks: Vec::new(),
+                    counter_reset: false,
+                });
+        }
+        self.save(&mut run)?;
+        self.step("prolog:joined");
+        if job.mps_pct.is_some() && self.manages_mps(&run) {
+            for &g in &joined {
+                if let Err(e) = self.mps.start(g, job.uid) {
+                    // Leave the node as it was: Slurm requeues the job and drains the node.
+                    for &h in &joined {
+                        let gs = run.st.gpus.get_mut(&h).expect("joined");
+                        gs.jobs.retain(|j| j.job_id != job.job_id);
+                        self.apply_clock(&mut run, h)?;
+                    }
+                    self.save(&mut run)?;
+                    return Err(e.into());
+                }
+                run.st.gpus.get_mut(&g).expect("joined").mps_daemon = true;
+            }
+            self.save(&mut run)?;
+        }
+        self.step("prolog:mps");
+        for &g in &joined {
+            self.apply_clock(&mut run, g)?;
+        }
+        self.save(&mut run)?;
+        self.step("prolog:clocked");
+        self.flush(&mut run)
+    }
+
+    fn manages_mps(&mut self, run: &Run) -> bool {
+        if program_exists(&self.cfg.node.mps_control) || run.gpu.kind() == BackendKind::Nvml {
+            return true;
+        }
+        self.warnings.push(format!(
+            "{} not found: MPS daemons not managed (model backend, no NVIDIA driver)",
+            self.cfg.node.mps_control.display()
+        ));
+        false
+    }
+
+    /// Epilog: the job leaves its GPUs and its record goes to the accounting log.
+    pub fn epilog(&mut self, job: &JobEnv) -> Result<(), HelperError> {
+        let mut run = self.begin()?;
+        self.step("epilog:locked");
+        self.repair(&mut run)?;
+        let mut parts: Vec<JobOnGpu> = Vec::new();
+        let mut left = Vec::new();
+        for &g in &job.gpus {
+            let present = run
+                .st
+                .gpus
+                .get(&g)
+                .is_some_and(|gs| gs.jobs.iter().any(|j| j.job_id == job.job_id));
+            if !present {
+                continue;
+            }
+            self.close_interval(&mut run, g)?;
+            let gs = run.st.gpus.get_mut(&g).expect("present");
+            let pos = gs
+                .jobs
+                .iter()
+                .position(|j| j.job_id == job.job_id)
+                .expect("present");
+            parts.push(gs.jobs.remove(pos));
+            self.emit_idle(&mut run, g);
+            left.push(g);
+        }
+        let record = self.job_record(&run, job, &parts);
+        run.st.outbox.push(record);
+        self.save(&mut run)?;
+        self.step("epilog:recorded");
+        let mut mps_err = None;
+        for &g in &left {
+            self.apply_clock(&mut run, g)?;
+            let gs = &run.st.gpus[&g];
+            let sharing = gs.jobs.iter().any(|j| j.share_pct.is_some());
+            if gs.mps_daemon && !sharing {
+                match self.mps.stop(g) {
+                    Ok(()) => run.st.gpus.get_mut(&g).expect("present").mps_daemon = false,
+                    Err(e) => mps_err = Some(e),
+                }
+            }
+        }
+        self.save(&mut run)?;
+        self.step("epilog:clocked");
+        self.flush(&mut run)?;
+        self.step("epilog:logged");
+        // The record is safe; now fail the way Slurm's prolog.example does, so the node drains.
+        match mps_err {
+            Some(e) => Err(e.into()),
+            None => Ok(()),
+        }
+    }
+
+    fn job_record(&self, run: &Run, job: &JobEnv, parts: &[JobOnGpu]) -> Record {
+        let energy: f64 = parts.iter().map(|p| p.energy_j).sum();
+        let start = parts.iter().map(|p| p.start).fold(f64::INFINITY, f64::min);
+        let start = if start.is_finite() { start } else { run.now };
+        let first = parts.first();
+        let gpu_type = first
+            .and_then(|p| p.gpus.first())
+            .and_then(|g| run.st.gpus.get(g))
+            .map(|g| g.gpu_type.clone())
+            .or_else(|| job.gpu_type.clone())
+            .unwrap_or_default();
+        let dur = run.now - start;
+        Record {
+            record_id: format!("{}:{}:{}", self.node, job.job_id, round_ms(run.now)),
+            kind: RecordKind::Job,
+            node: self.node.clone(),
+            job_id: job.job_id.clone(),
+            user: job.user.clone(),
+            uid: job.uid,
+            account: first.map_or_else(|| job.account.clone(), |p| p.account.clone()),
+            class: first
+                .and_then(|p| p.class.clone())
+                .or_else(|| job.class.clone()),
+            gpus: job.gpus.clone(),
+            gpu_type,
+            share_pct: job.mps_pct,
+            clocks: first.map(|p| p.clocks.clone()).unwrap_or_default(),
+            start,
+            end: run.now,
+            energy_j: energy,
+            avg_w: if dur > 0.0 { energy / dur } else { 0.0 },
+            backend: run.gpu.kind(),
+            counter_reset: parts.iter().any(|p| p.counter_reset),
+            complete: parts.len() == job.gpus.len(),
+        }
+    }
+
+    /// Repairs the node (outbox, clocks, MPS) and, for each id in `end_jobs`, ends that job as
+    /// its Epilog would have (for an Epilog that was killed before it recorded the job).
+    pub fn repair_node(&mut self, end_jobs: &[String]) -> Result<Vec<String>, HelperError> {
+        let mut ended = Vec::new();
+        {
+            let mut run = self.begin()?;
+            self.repair(&mut run)?;
+        }
+        for id in end_jobs {
+            let found = {
+                let lock = self.dir.lock()?;
+                let (st, _) = self.dir.load(&lock)?;
+                st.gpus
+                    .iter()
+                    .find_map(|(_, g)| g.jobs.iter().find(|j| &j.job_id == id).cloned())
+            };
+            let Some(j) = found else {
+                self.warnings
+                    .push(format!("job {id}: not on any GPU of {}", self.node));
+                continue;
+            };
+            let env = JobEnv {
+                job_id: j.job_id.clone(),
+                user: j.user.clone(),
+                uid: j.uid,
+                account: j.account.clone(),
+                node: self.node.clone(),
+                gpus: j.gpus.clone(),
+                mps_pct: j.share_pct,
+                class: j.class.clone(),
+                gpu_type: None,
+                bound: Some(j.bound),
+            };
+            self.epilog(&env)?;
+            ended.push(id.clone());
+        }
+        Ok(ended)
+    }
+
+    pub fn status(&mut self) -> Result<NodeStatus, HelperError> {
+        let mut run = self.begin()?;
+        let mut gpus = Vec::new();
+        let ids: Vec<u32> = run.st.gpus.keys().copied().collect();
+        for i in ids {
+            let gs = &run.st.gpus[&i];
+            if let Some(t) = self.cfg.resolve_gpu_type(&gs.gpu_type) {
+                run.gpu.attach(i, &self.cfg.gpu_types[t])?;
+            }
+            let gs = &run.st.gpus[&i];
+            gpus.push(GpuStatus {
+                gpu: i,
+                gpu_type: gs.gpu_type.clone(),
+                jobs: gs.jobs.iter().map(|j| j.job_id.clone()).collect(),
+                locked_mhz: gs.locked_mhz,
+                backend_locked_mhz: run.gpu.locked_clock(i).map(|m| m.0),
+                mps_daemon: gs.mps_daemon,
+                counter_first_j: gs.first.map(|s| mj(s.counter_mj)),
+                counter_last_j: gs.last.map(|s| mj(s.counter_mj)),
+                attributed_jobs_j: gs.attributed_jobs_j,
+                attributed_idle_j: gs.attributed_idle_j,
+            });
+        }
+        Ok(NodeStatus {
+            node: self.node.clone(),
+            backend: run.gpu.kind(),
+            gpus,
+            pending_records: run.st.outbox.len(),
+        })
+    }
+}
+
+fn mj(v: u64) -> f64 {
+    counter_delta(0, v).0.0
+}
+
+fn share_of(j: &JobOnGpu) -> SharePct {
+    j.share_pct
+        .and_then(SharePct::new)
+        .unwrap_or(SharePct::FULL)
+}
+
+/// A job without a known class is modelled as keeping its whole share busy at full power and
+/// fully clock-bound: the cautious guess for both its energy and its slowdown.
+fn fallback_classes(jobs: &[JobOnGpu]) -> Vec<JobClass> {
+    jobs.iter()
+        .map(|j| JobClass {
+            name: "unclassified".into(),
+            kind: JobKind::Training,
+            description: String::new(),
+            reference_runtime_s: 3600.0,
+            speed_exponent: 0.0,
+            clock_bound_fraction: 1.0,
+            power_util: 1.0,
+            mem_intensity: 1.0,
+            memory_gib: 0.0,
+            demand: share_of(j).fraction(),
+            slowdown_bound: None,
+        })
+        .collect()
+}
+
+fn tenants<'c>(cfg: &'c Config, jobs: &[JobOnGpu], fallback: &'c [JobClass]) -> Vec<Tenant<'c>> {
+    jobs.iter()
+        .zip(fallback)
+        .map(|(j, f)| Tenant {
+            class: j.class.as_deref().and_then(|c| cfg.class(c)).unwrap_or(f),
+            share: share_of(j),
+            user: j.uid,
+        })
+        .collect()
+}

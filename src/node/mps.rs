@@ -1,0 +1,309 @@
+//! NVIDIA MPS control daemons, one per GPU: started by the Prolog of the first sharing job,
+//! told to start the job user's server, stopped by the Epilog of the last. Commands run without
+//! a shell, with a deadline (Slurm has no Prolog timeout by default, and a hung Prolog holds the
+//! node), and with arguments built only from validated numbers and configured paths.
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+#[derive(Debug, thiserror::Error)]
+pub enum MpsError {
+    #[error("{program}: cannot run: {source}")]
+    Spawn {
+        program: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{program} {args}: no answer within {secs:.1} s (killed)")]
+    Timeout {
+        program: String,
+        args: String,
+        secs: f64,
+    },
+    #[error("{program} {args}: exit status {status}: {output}")]
+    Failed {
+        program: String,
+        args: String,
+        status: String,
+        output: String,
+    },
+    #[error("{}: {source}", path.display())]
+    Dir {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the MPS control daemon of GPU {gpu} did not {what} within {secs:.1} s")]
+    NotSettled {
+        gpu: u32,
+        what: &'static str,
+        secs: f64,
+    },
+}
+
+/// What a finished command printed.
+#[derive(Debug)]
+pub struct Output {
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Runs `program args` with `env` added, `stdin` written to it, killed at `timeout`.
+/// `detach` is for programs that fork a daemon: their output is not waited for, since the
+/// daemon keeps the pipes open.
+pub fn run(
+    program: &Path,
+    args: &[&str],
+    env: &[(&str, &Path)],
+    stdin: Option<&str>,
+    timeout: Duration,
+    detach: bool,
+) -> Result<Output, MpsError> {
+    let name = program.display().to_string();
+    let mut cmd = Command::new(program);
+    cmd.args(args)
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(if detach {
+            Stdio::null()
+        } else {
+            Stdio::piped()
+        })
+        .stderr(if detach {
+            Stdio::null()
+        } else {
+            Stdio::piped()
+        });
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn().map_err(|source| MpsError::Spawn {
+        program: name.clone(),
+        source,
+    })?;
+    if let (Some(input), Some(mut pipe)) = (stdin, child.stdin.take()) {
+        // A program that exits without reading gives EPIPE: its exit status tells the rest.
+        let _ = pipe.write_all(input.as_bytes());
+    }
+    let start = Instant::now();
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(s)) => break s,
+            Ok(None) if start.elapsed() >= timeout => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(MpsError::Timeout {
+                    program: name,
+                    args: args.join(" "),
+                    secs: timeout.as_secs_f64(),
+                });
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(2)),
+            Err(source) => {
+                return Err(MpsError::Spawn {
+                    program: name,
+                    source,
+                });
+            }
+        }
+    };
+    let mut stdout = String::new();
+    let mut stderr = String::new();
+    if let Some(mut o) = child.stdout.take() {
+        let _ = o.read_to_string(&mut stdout);
+    }
+    if let Some(mut e) = child.stderr.take() {
+        let _ = e.read_to_string(&mut stderr);
+    }
+    if !status.success() {
+        let output = format!("{} {}", stdout.trim(), stderr.trim());
+        return Err(MpsError::Failed {
+            program: name,
+            args: args.join(" "),
+            status: status.to_string(),
+            output: output.trim().to_owned(),
+        });
+    }
+    Ok(Output { stdout, stderr })
+}
+
+/// The MPS control of one node: where each GPU's daemon keeps its pipes and logs.
+#[derive(Debug, Clone)]
+pub struct Mps {
+    pub program: PathBuf,
+    pub pipe_base: PathBuf,
+    pub log_base: PathBuf,
+    pub timeout: Duration,
+}
+
+impl Mps {
+    pub fn new(
+        program: &Path,
+        pipe_dir: &Path,
+        log_dir: &Path,
+        node: &str,
+        timeout: Duration,
+    ) -> Self {
+        Mps {
+            program: program.to_owned(),
+            pipe_base: pipe_dir.join(node),
+            log_base: log_dir.join(node),
+            timeout,
+        }
+    }
+
+    pub fn pipe_dir(&self, gpu: u32) -> PathBuf {
+        self.pipe_base.join(format!("gpu{gpu}"))
+    }
+
+    pub fn log_dir(&self, gpu: u32) -> PathBuf {
+        self.log_base.join(format!("gpu{gpu}"))
+    }
+
+    fn control(&self, gpu: u32, command: &str) -> Result<Output, MpsError> {
+        let pipe = self.pipe_dir(gpu);
+        let log = self.log_dir(gpu);
+        run(
+            &self.program,
+            &[],
+            &[
+                ("CUDA_MPS_PIPE_DIRECTORY", &pipe),
+                ("CUDA_MPS_LOG_DIRECTORY", &log),
+            ],
+            Some(&format!("{command}\n")),
+            self.timeout,
+            false,
+        )
+    }
+
+    /// Whether a control daemon answers on this GPU's pipe directory.
+    pub fn running(&self, gpu: u32) -> bool {
+        self.pipe_dir(gpu).join("control").exists() && self.control(gpu, "get_server_list").is_ok()
+    }
+
+    /// Starts the GPU's control daemon if none answers, then a server for `uid`.
+    pub fn start(&self, gpu: u32, uid: u32) -> Result<(), MpsError> {
+        if !self.running(gpu) {
+            for (dir, mode) in [(self.pipe_dir(gpu), 0o755), (self.log_dir(gpu), 0o700)] {
+                make_dir(&dir, mode)?;
+            }
+            let visible = PathBuf::from(gpu.to_string());
+            let pipe = self.pipe_dir(gpu);
+            let log = self.log_dir(gpu);
+            run(
+                &self.program,
+                &["-d"],
+                &[
+                    // Slurm's and NVML's GPU indices follow PCI bus order; CUDA's default
+                    // order (fastest first) may not.
+                    ("CUDA_DEVICE_ORDER", Path::new("PCI_BUS_ID")),
+                    ("CUDA_VISIBLE_DEVICES", &visible),
+                    ("CUDA_MPS_PIPE_DIRECTORY", &pipe),
+                    ("CUDA_MPS_LOG_DIRECTORY", &log),
+                ],
+                None,
+                self.timeout,
+                true,
+            )?;
+            self.wait_until(gpu, true, "start")?;
+        }
+        self.control(gpu, &format!("start_server -uid {uid}"))?;
+        Ok(())
+    }
+
+    /// Tells the GPU's daemon to quit and waits until it has.
+    pub fn stop(&self, gpu: u32) -> Result<(), MpsError> {
+        if !self.running(gpu) {
+            return Ok(());
+        }
+        self.control(gpu, "quit")?;
+        self.wait_until(gpu, false, "quit")
+    }
+
+    fn wait_until(&self, gpu: u32, up: bool, what: &'static str) -> Result<(), MpsError> {
+        let start = Instant::now();
+        loop {
+            let control = self.pipe_dir(gpu).join("control").exists();
+            if control == up && (!up || self.running(gpu)) {
+                return Ok(());
+            }
+            if start.elapsed() >= self.timeout {
+                return Err(MpsError::NotSettled {
+                    gpu,
+                    what,
+                    secs: self.timeout.as_secs_f64(),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+/// Creates `dir` (and parents) owned by the caller with `mode` on the last component.
+fn make_dir(dir: &Path, mode: u32) -> Result<(), MpsError> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(dir)
+        .and_then(|()| std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode)))
+        .map_err(|source| MpsError::Dir {
+            path: dir.to_owned(),
+            source,
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_hung_command_is_killed_at_its_deadline() {
+        let t = Instant::now();
+        let err = run(
+            Path::new("sleep"),
+            &["5"],
+            &[],
+            None,
+            Duration::from_millis(200),
+            false,
+        )
+        .expect_err("must time out");
+        assert!(matches!(err, MpsError::Timeout { .. }), "{err}");
+        assert!(t.elapsed() < Duration::from_secs(3));
+    }
+
+    #[test]
+    fn a_failing_command_reports_status_and_output() {
+        let err = run(
+            Path::new("sh"),
+            &["-c", "echo nope >&2; exit 3"],
+            &[],
+            None,
+            Duration::from_secs(5),
+            false,
+        )
+        .expect_err("must fail");
+        let msg = err.to_string();
+        assert!(
+            msg.contains("exit status: 3") && msg.contains("nope"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn a_missing_program_says_so() {
+        let err = run(
+            Path::new("/nonexistent/nvidia-cuda-mps-control"),
+            &[],
+            &[],
+            None,
+            Duration::from_secs(1),
+            false,
+        )
+        .expect_err("must fail");
+        assert!(err.to_string().contains("cannot run"), "{err}");
+    }
+}

@@ -1,0 +1,174 @@
+//! The accounting record: one JSON line per finished job, and one per closed idle interval of a
+//! GPU, appended to the accounting log. `heshare report` reads these lines back.
+
+use super::gpu::BackendKind;
+use super::state::ClockChange;
+use serde::{Deserialize, Serialize};
+use std::fs::OpenOptions;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::Path;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RecordKind {
+    Job,
+    /// A GPU's energy while no job held it.
+    Idle,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Record {
+    /// Unique per record: NODE:JOB:END_MS for jobs, NODE:idle:GPU:START_MS for idle intervals.
+    /// The log is checked for it before a retried append, so no record appears twice.
+    pub record_id: String,
+    pub kind: RecordKind,
+    pub node: String,
+    #[serde(default)]
+    pub job_id: String,
+    #[serde(default)]
+    pub user: String,
+    #[serde(default)]
+    pub uid: u32,
+    #[serde(default)]
+    pub account: String,
+    #[serde(default)]
+    pub class: Option<String>,
+    pub gpus: Vec<u32>,
+    pub gpu_type: String,
+    /// MPS share in percent, `None` for whole GPUs.
+    #[serde(default)]
+    pub share_pct: Option<u8>,
+    /// SM clock over time (first GPU of the job); empty = default clock throughout.
+    #[serde(default)]
+    pub clocks: Vec<ClockChange>,
+    pub start: f64,
+    pub end: f64,
+    pub energy_j: f64,
+    pub avg_w: f64,
+    pub backend: BackendKind,
+    /// The GPU's energy counter restarted (driver reload) during the job: its energy is low.
+    #[serde(default)]
+    pub counter_reset: bool,
+    /// False when the helper had no record of the job's start (its Prolog did not run or its
+    /// state was lost): the energy is then only what could be seen.
+    #[serde(default = "yes")]
+    pub complete: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl Record {
+    pub fn duration_s(&self) -> f64 {
+        (self.end - self.start).max(0.0)
+    }
+}
+
+/// How far back from the end of the log a retried append looks for its record ids.
+const TAIL_BYTES: u64 = 1 << 20;
+
+/// Appends `records` to `log` as JSON lines in one write, skipping any whose id is already in
+/// the log's tail (a retry after a kill between append and state update), then fsyncs.
+pub fn append(log: &Path, records: &[Record]) -> std::io::Result<usize> {
+    if records.is_empty() {
+        return Ok(0);
+    }
+    if let Some(dir) = log.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let mut f = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .read(true)
+        .open(log)?;
+    let len = f.metadata()?.len();
+    let mut tail = String::new();
+    if len > 0 {
+        f.seek(SeekFrom::Start(len.saturating_sub(TAIL_BYTES)))?;
+        let mut buf = Vec::new();
+        f.read_to_end(&mut buf)?;
+        tail = String::from_utf8_lossy(&buf).into_owned();
+    }
+    let mut out = String::new();
+    let mut n = 0;
+    for r in records {
+        let marker = format!("\"record_id\":{}", json_string(&r.record_id));
+        if tail.contains(&marker) {
+            continue;
+        }
+        out.push_str(&serde_json::to_string(r).map_err(std::io::Error::other)?);
+        out.push('\n');
+        n += 1;
+    }
+    if !out.is_empty() {
+        // A torn last line (a crash mid-write on another node sharing the log) must not swallow
+        // this record: start on a fresh line.
+        if !tail.is_empty() && !tail.ends_with('\n') {
+            out.insert(0, '\n');
+        }
+        f.write_all(out.as_bytes())?;
+        f.sync_data()?;
+    }
+    Ok(n)
+}
+
+fn json_string(s: &str) -> String {
+    serde_json::to_string(s).unwrap_or_else(|_| format!("\"{s}\""))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(id: &str) -> Record {
+        Record {
+            record_id: id.into(),
+            kind: RecordKind::Job,
+            node: "n1".into(),
+            job_id: "7".into(),
+            user: "alice".into(),
+            uid: 1000,
+            account: "physics".into(),
+            class: Some("bert-train".into()),
+            gpus: vec![0],
+            gpu_type: "a100".into(),
+            share_pct: Some(40),
+            clocks: vec![],
+            start: 10.0,
+            end: 20.0,
+            energy_j: 1000.0,
+            avg_w: 100.0,
+            backend: BackendKind::Model,
+            counter_reset: false,
+            complete: true,
+        }
+    }
+
+    #[test]
+    fn a_retried_append_writes_each_record_once() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let log = dir.path().join("sub/acct.jsonl");
+        assert_eq!(append(&log, &[rec("a"), rec("b")]).expect("append"), 2);
+        assert_eq!(append(&log, &[rec("b"), rec("c")]).expect("append"), 1);
+        let text = std::fs::read_to_string(&log).expect("read");
+        let ids: Vec<Record> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("json line"))
+            .collect();
+        let ids: Vec<&str> = ids.iter().map(|r| r.record_id.as_str()).collect();
+        assert_eq!(ids, ["a", "b", "c"]);
+    }
+
+    #[test]
+    fn a_torn_last_line_does_not_swallow_the_next_record() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let log = dir.path().join("acct.jsonl");
+        std::fs::write(&log, "{\"record_id\":\"x\",\"ki").expect("write");
+        append(&log, &[rec("a")]).expect("append");
+        let text = std::fs::read_to_string(&log).expect("read");
+        let last = text.lines().last().expect("line");
+        let r: Record = serde_json::from_str(last).expect("whole record on its own line");
+        assert_eq!(r.record_id, "a");
+    }
+}
