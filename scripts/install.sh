@@ -4,8 +4,9 @@
 #   scripts/install.sh [PREFIX]        (default /opt/heshare)
 #
 # Installs PREFIX/bin/heshare, PREFIX/lib/job_submit_heshare.so (the job_submit plugin),
-# PREFIX/lib/spank_heshare.so (the SPANK plugin for the sbatch/srun/salloc options) and, if
-# absent, /etc/slurm/heshare.toml. Needs the Slurm
+# PREFIX/lib/spank_heshare.so (the SPANK plugin for the sbatch/srun/salloc options), the node
+# helper's links PREFIX/libexec/heshare-{prolog,epilog,task-prolog} and, if absent,
+# /etc/slurm/heshare.toml. Needs the Slurm
 # headers of the Slurm it will run in (Debian: libslurm-dev): the plugin is built against them.
 set -euo pipefail
 prefix=${1:-/opt/heshare}
@@ -13,8 +14,11 @@ cd "$(dirname "$0")/.."
 [ -e /usr/include/slurm/slurm.h ] || [ -n "${SLURM_INCLUDE_DIR:-}" ] \
   || { echo "install: Slurm headers not found: install libslurm-dev (or set SLURM_INCLUDE_DIR)" >&2; exit 1; }
 cargo build --release --locked
-install -d "$prefix/bin" "$prefix/lib"
+install -d "$prefix/bin" "$prefix/lib" "$prefix/libexec"
 install -m 0755 target/release/heshare "$prefix/bin/heshare"
+for hook in prolog epilog task-prolog; do
+  ln -sfn ../bin/heshare "$prefix/libexec/heshare-$hook"
+done
 install -m 0755 target/release/libheshare.so "$prefix/lib/job_submit_heshare.so"
 cc -shared -fPIC -O2 -o "$prefix/lib/spank_heshare.so" c_shim/spank_heshare.c
 if [ ! -e /etc/slurm/heshare.toml ] && [ -w /etc/slurm ] 2>/dev/null; then
@@ -31,6 +35,14 @@ Add to slurm.conf (keep your existing PluginDir first; JobSubmitPlugins may list
 
 Add to plugstack.conf (gives sbatch/srun/salloc --gpu-share, --gpu-class, --energy-policy):
   required $prefix/lib/spank_heshare.so
+
+On every GPU node, in slurm.conf (the node helper: MPS daemons, SM clocks, energy accounting
+to /var/log/heshare/accounting.jsonl; an existing site Prolog can call \`heshare prolog\` instead).
+PrologFlags=Alloc runs the Prolog when the job is allocated, so accounting covers the whole job:
+  Prolog=$prefix/libexec/heshare-prolog
+  Epilog=$prefix/libexec/heshare-epilog
+  TaskProlog=$prefix/libexec/heshare-task-prolog
+  PrologFlags=Alloc
 
 Then: $prefix/bin/heshare check-config --slurm-conf /etc/slurm/slurm.conf
 and restart slurmctld.

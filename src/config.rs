@@ -866,6 +866,34 @@ memory_gib = 8
     }
 
     #[test]
+    fn node_settings_default_and_are_checked() {
+        let cfg = parse(SMALL).expect("valid");
+        assert_eq!(cfg.node, NodeSettings::default());
+        let bad = format!(
+            "{SMALL}\n[node]\nbackend = \"model\"\nstate_dir = \"var/heshare\"\ngpu_type = \"k80\"\n"
+        );
+        let errs = parse(&bad).expect_err("must fail");
+        let text: Vec<String> = errs.iter().map(ToString::to_string).collect();
+        assert!(
+            text.iter()
+                .any(|m| m.contains(": node.state_dir: \"var/heshare\" must be an absolute path")),
+            "{text:?}"
+        );
+        assert!(
+            text.iter()
+                .any(|m| m.contains("node.gpu_type: \"k80\" is not a GPU type of the catalog")),
+            "{text:?}"
+        );
+        assert!(errs.iter().all(|e| e.line.is_some()), "{text:?}");
+        let typo = format!("{SMALL}\n[node]\nbackend = \"gpu\"\n");
+        let msg = parse(&typo).expect_err("must fail")[0].to_string();
+        assert!(
+            msg.contains("node.backend") && msg.contains("unknown variant"),
+            "{msg}"
+        );
+    }
+
+    #[test]
     fn misspelt_field_names_file_line_and_field() {
         let bad = SMALL.replace("idle_power_w = 30", "idle_powr_w = 30");
         let errs = parse(&bad).expect_err("must fail");

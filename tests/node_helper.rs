@@ -519,3 +519,35 @@ fn a_bad_job_environment_is_named_and_a_job_without_gpus_is_left_alone() {
         "a CPU job leaves no trace"
     );
 }
+
+#[test]
+fn a_counter_reset_between_prolog_and_epilog_is_flagged_on_the_record() {
+    let n = Node::new(None);
+    let a = job("41", 0, None, "bert-train");
+    let model = n.dir.path().join("state/n1/model-gpus.json");
+    let set_counter = |mj: f64| {
+        let mut m: Value =
+            serde_json::from_str(&std::fs::read_to_string(&model).expect("model")).expect("json");
+        m["0"]["counter_mj"] = serde_json::json!(mj);
+        std::fs::write(&model, serde_json::to_string(&m).expect("json")).expect("write");
+    };
+    // A GPU that has counted for a while (an earlier job made the model GPU).
+    let z = job("40", 0, None, "bert-train");
+    n.ok("prolog", &z);
+    n.ok("epilog", &z);
+    set_counter(5e9);
+    n.ok("prolog", &a);
+    pause();
+    // A driver reload: the counter starts again from zero.
+    set_counter(0.0);
+    pause();
+    n.ok("epilog", &a);
+    let recs = n.records();
+    let r = recs.iter().find(|r| r["job_id"] == "41").expect("record");
+    assert_eq!(r["counter_reset"], true, "{r:#}");
+    // Only the energy since the reset is known: ~150 ms at a whole a100's modelled draw.
+    let e = r["energy_j"].as_f64().expect("energy");
+    assert!(e > 0.0 && e < 400.0 * 0.5, "{e}");
+    let o = n.cmd(&["report"]).arg(n.log()).output().expect("runs");
+    assert!(String::from_utf8_lossy(&o.stdout).contains("counter reset"));
+}

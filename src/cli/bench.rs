@@ -34,6 +34,11 @@ pub struct BenchArgs {
     occupancy: f64,
     #[arg(long, default_value_t = 42)]
     seed: u64,
+    /// Time the node helper instead: this many Prolog+Epilog pairs of the `heshare` binary on the
+    /// model backend (bundled catalog, state in a temporary directory), against starting the
+    /// same binary for `--version`.
+    #[arg(long, value_name = "ROUNDS")]
+    node_helper: Option<usize>,
 }
 
 /// Fills `view` to `occupancy`: a third of the busy GPUs hold one exclusive training job, the
@@ -108,6 +113,9 @@ fn best_fit(view: &ClusterView, want: u32) -> Option<usize> {
 }
 
 pub fn run(out: &mut impl Write, cfg: &Config, args: &BenchArgs) -> Result<()> {
+    if let Some(rounds) = args.node_helper {
+        return node_helper(out, rounds.max(1));
+    }
     let (text, label) = super::read_or_bundled(
         args.cluster.as_deref(),
         OPENB_GPU_NODES,
@@ -216,6 +224,101 @@ pub fn run(out: &mut impl Write, cfg: &Config, args: &BenchArgs) -> Result<()> {
         "ratio full view / best-fit scan: p50 {:.1}x, p99 {:.1}x",
         ratio(&heshare, &baseline, 0.5),
         ratio(&heshare, &baseline, 0.99)
+    )?;
+    Ok(())
+}
+
+/// Wall time of `heshare prolog` and `heshare epilog` as slurmd runs them: a process per hook,
+/// on a GPU that already holds three sharing jobs, so each run re-optimises a set of four.
+fn node_helper(out: &mut impl Write, rounds: usize) -> Result<()> {
+    use anyhow::Context;
+    use std::process::Command;
+    let exe = std::env::current_exe().context("cannot find the heshare binary")?;
+    let dir = std::env::temp_dir().join(format!("heshare-bench-node-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let d = dir.display();
+    let config = dir.join("heshare.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "{}\n[node]\nbackend = \"model\"\nstate_dir = \"{d}/state\"\naccounting_log = \"{d}/accounting.jsonl\"\nmps_control = \"{d}/none\"\nmps_pipe_dir = \"{d}/mps\"\nmps_log_dir = \"{d}/mpslog\"\n",
+            super::BUNDLED_CONFIG
+        ),
+    )?;
+    let hook = |what: &str, id: usize, class: &str| -> Result<Duration> {
+        let t = Instant::now();
+        let o = Command::new(&exe)
+            .arg(what)
+            .env("HESHARE_CONFIG", &config)
+            .env("SLURM_JOB_ID", id.to_string())
+            .env("SLURM_JOB_USER", "bench")
+            .env("SLURM_JOB_UID", "1000")
+            .env("SLURMD_NODENAME", "bench")
+            .env("SLURM_JOB_GPUS", "0")
+            .env("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "25")
+            .env("SPANK_HESHARE_CLASS", class)
+            .env("SPANK_HESHARE_GPU_TYPE", "a100")
+            .output()?;
+        let took = t.elapsed();
+        anyhow::ensure!(
+            o.status.success(),
+            "{what} failed: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        Ok(took)
+    };
+    let result = (|| -> Result<(Vec<Duration>, Vec<Duration>, Vec<Duration>)> {
+        for (i, class) in ["llm-infer", "whisper-infer", "sd-infer"]
+            .iter()
+            .enumerate()
+        {
+            hook("prolog", 1_000_000 + i, class)?;
+        }
+        let (mut pro, mut epi, mut base) = (Vec::new(), Vec::new(), Vec::new());
+        for i in 0..rounds {
+            let t = Instant::now();
+            let o = Command::new(&exe).arg("--version").output()?;
+            anyhow::ensure!(o.status.success(), "heshare --version failed");
+            base.push(t.elapsed());
+            pro.push(hook("prolog", i, "vit-infer")?);
+            epi.push(hook("epilog", i, "vit-infer")?);
+        }
+        for v in [&mut pro, &mut epi, &mut base] {
+            v.sort_unstable();
+        }
+        Ok((pro, epi, base))
+    })();
+    let _ = std::fs::remove_dir_all(&dir);
+    let (pro, epi, base) = result?;
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    writeln!(
+        out,
+        "node helper, model backend, {rounds} Prolog+Epilog pairs on a GPU shared by 4 jobs"
+    )?;
+    writeln!(
+        out,
+        "{:<34} {:>10} {:>10} {:>10}",
+        "", "p50 (ms)", "p99 (ms)", "max (ms)"
+    )?;
+    for (name, v) in [
+        ("heshare prolog", &pro),
+        ("heshare epilog", &epi),
+        ("baseline: heshare --version", &base),
+    ] {
+        writeln!(
+            out,
+            "{name:<34} {:>10.2} {:>10.2} {:>10.2}",
+            ms(percentile(v, 0.5)),
+            ms(percentile(v, 0.99)),
+            ms(*v.last().unwrap_or(&Duration::ZERO))
+        )?;
+    }
+    let r = |v: &[Duration]| ms(percentile(v, 0.5)) / ms(percentile(&base, 0.5)).max(1e-6);
+    writeln!(
+        out,
+        "ratio to starting the binary (p50): prolog {:.2}x, epilog {:.2}x",
+        r(&pro),
+        r(&epi)
     )?;
     Ok(())
 }

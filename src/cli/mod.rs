@@ -157,7 +157,23 @@ impl std::fmt::Display for Exit {
 impl std::error::Error for Exit {}
 
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
+    // slurm.conf's Prolog=, Epilog= and TaskProlog= take a program without arguments: the
+    // installed links heshare-prolog, heshare-epilog and heshare-task-prolog name the hook.
+    let mut args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let hook = args
+        .first()
+        .and_then(|a| Path::new(a).file_name())
+        .and_then(|n| n.to_str())
+        .and_then(|n| match n {
+            "heshare-prolog" => Some("prolog"),
+            "heshare-epilog" => Some("epilog"),
+            "heshare-task-prolog" => Some("task-prolog"),
+            _ => None,
+        });
+    if let Some(h) = hook {
+        args.insert(1, h.into());
+    }
+    let cli = Cli::parse_from(args);
     let mut out = std::io::stdout().lock();
     let result = match cli.command {
         Command::CheckConfig { config, slurm_conf } => {

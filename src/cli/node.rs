@@ -26,6 +26,14 @@ pub enum NodeCommand {
         #[arg(long)]
         json: bool,
     },
+    /// What NVML says of this machine's GPUs: driver, names, energy counters, power limits,
+    /// supported clocks; with --try-lock, whether a locked clock can be set (and reset).
+    Gpus {
+        #[command(flatten)]
+        config: ConfigArg,
+        #[arg(long)]
+        try_lock: bool,
+    },
     /// Append records a killed helper left pending, reset clocks of GPUs without jobs, stop MPS
     /// daemons without sharing jobs; with --end-job, end a job whose Epilog never finished.
     Repair {
@@ -163,6 +171,7 @@ pub fn node(out: &mut impl Write, cmd: &NodeCommand) -> Result<()> {
             }
             Ok(())
         }
+        NodeCommand::Gpus { config, try_lock } => gpus(out, config, *try_lock),
         NodeCommand::Repair {
             config,
             node,
@@ -182,4 +191,101 @@ pub fn node(out: &mut impl Write, cmd: &NodeCommand) -> Result<()> {
             Ok(())
         }
     }
+}
+
+fn gpus(out: &mut impl Write, config: &ConfigArg, try_lock: bool) -> Result<()> {
+    use crate::node::gpu::{GpuControl, NvmlGpus};
+    use crate::units::Mhz;
+    let (cfg, _) = load_config(&config.config)?;
+    let mut nvml = NvmlGpus::init().context("no NVIDIA driver to ask")?;
+    writeln!(out, "driver {}", nvml.driver_version()?)?;
+    let count = nvml.device_count()?;
+    writeln!(out, "{count} GPU(s)")?;
+    let helper = NodeHelper::new(&cfg, "localhost");
+    for i in 0..count {
+        let name = nvml.name(i)?;
+        let matched = helper
+            .catalog_type_of(&name)
+            .unwrap_or_else(|| "no catalog type: set [node] gpu_type".into());
+        writeln!(out, "GPU {i}: {name} (catalog: {matched})")?;
+        let show = |r: Result<String, crate::node::gpu::GpuError>| match r {
+            Ok(v) => v,
+            Err(e) => format!("unavailable: {e}"),
+        };
+        let e1 = nvml.energy_mj(i);
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        let e2 = nvml.energy_mj(i);
+        let energy = match (e1, e2) {
+            (Ok(a), Ok(b)) => format!(
+                "{a} mJ, then {b} mJ 0.5 s later ({:.1} W)",
+                b.saturating_sub(a) as f64 / 500.0
+            ),
+            (Err(e), _) | (_, Err(e)) => format!("unavailable: {e}"),
+        };
+        writeln!(out, "  energy counter: {energy}")?;
+        writeln!(
+            out,
+            "  power now: {}",
+            show(nvml.power(i).map(|w| format!("{:.1} W", w.0)))
+        )?;
+        writeln!(
+            out,
+            "  power limit: {}",
+            show(
+                nvml.power_limits(i).map(|(n, lo, hi)| format!(
+                    "{:.0} W (settable {:.0}..={:.0} W)",
+                    n.0, lo.0, hi.0
+                ))
+            )
+        )?;
+        let clocks = nvml.supported_clocks(i);
+        writeln!(
+            out,
+            "  supported SM clocks: {}",
+            show(
+                clocks
+                    .as_ref()
+                    .map_err(|e| crate::node::gpu::GpuError::NvmlInit(e.to_string()))
+                    .map(|c| format!(
+                        "{} steps, {}..={} MHz",
+                        c.len(),
+                        c.first().map_or(0, |m| m.0),
+                        c.last().map_or(0, |m| m.0)
+                    ))
+            )
+        )?;
+        writeln!(
+            out,
+            "  SM clock now: {}",
+            show(nvml.sm_clock(i).map(|m| m.to_string()))
+        )?;
+        writeln!(
+            out,
+            "  compute processes: {}",
+            show(nvml.running_pids(i).map(|p| format!("{p:?}")))
+        )?;
+        if try_lock {
+            let target = clocks
+                .ok()
+                .and_then(|c| c.get(c.len() / 2).copied())
+                .unwrap_or(Mhz(0));
+            match nvml.lock_clock(i, target) {
+                Ok(()) => {
+                    std::thread::sleep(std::time::Duration::from_millis(200));
+                    let now = show(nvml.sm_clock(i).map(|m| m.to_string()));
+                    let reset = nvml.reset_clock(i);
+                    writeln!(
+                        out,
+                        "  locked clock {target}: set (SM clock then {now}); reset: {}",
+                        match reset {
+                            Ok(()) => "ok".to_owned(),
+                            Err(e) => format!("FAILED: {e}"),
+                        }
+                    )?;
+                }
+                Err(e) => writeln!(out, "  locked clock {target}: refused: {e}")?,
+            }
+        }
+    }
+    Ok(())
 }

@@ -104,6 +104,29 @@ impl NvmlGpus {
             .map_err(|e| GpuError::NvmlInit(e.to_string()))
     }
 
+    /// The SM clock the GPU runs at now.
+    pub fn sm_clock(&self, gpu: u32) -> Result<Mhz, GpuError> {
+        let op = "SM clock";
+        self.device(op, gpu)?
+            .clock_info(nvml_wrapper::enum_wrappers::device::Clock::SM)
+            .map(Mhz)
+            .map_err(|e| nvml_err(op, gpu, e))
+    }
+
+    /// The power limit now and the range it may be set within, in watts.
+    pub fn power_limits(&self, gpu: u32) -> Result<(Watts, Watts, Watts), GpuError> {
+        let op = "power limits";
+        let d = self.device(op, gpu)?;
+        let now = d
+            .power_management_limit()
+            .map_err(|e| nvml_err(op, gpu, e))?;
+        let c = d
+            .power_management_limit_constraints()
+            .map_err(|e| nvml_err(op, gpu, e))?;
+        let w = |mw: u32| Watts(f64::from(mw) / 1000.0);
+        Ok((w(now), w(c.min_limit), w(c.max_limit)))
+    }
+
     fn device(&self, op: &'static str, gpu: u32) -> Result<nvml_wrapper::Device<'_>, GpuError> {
         self.nvml
             .device_by_index(gpu)

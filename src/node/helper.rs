@@ -448,6 +448,11 @@ impl<'a> NodeHelper<'a> {
         })
     }
 
+    /// The catalog type an NVML device name stands for, if any.
+    pub fn catalog_type_of(&self, device: &str) -> Option<String> {
+        self.match_device_name(device)
+    }
+
     /// Matches an NVML device name ("NVIDIA A100-SXM4-40GB") to a catalog type by the longest
     /// catalog name or alias it contains.
     fn match_device_name(&self, device: &str) -> Option<String> {
@@ -460,7 +465,8 @@ impl<'a> NodeHelper<'a> {
                     .chain(g.aliases.iter().map(String::as_str))
                     .map(move |n| (n.to_ascii_lowercase(), g.name.clone()))
             })
-            .filter(|(n, _)| lower.contains(n.as_str()))
+            // Two-letter aliases (openb's G2, G3) would match inside unrelated names.
+            .filter(|(n, _)| n.len() >= 3 && lower.contains(n.as_str()))
             .max_by_key(|(n, _)| n.len())
             .map(|(_, g)| g)
     }
@@ -944,4 +950,96 @@ fn tenants<'c>(cfg: &'c Config, jobs: &[JobOnGpu], fallback: &'c [JobClass]) -> 
             user: j.uid,
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn vars(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let m: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        move |k: &str| m.get(k).cloned()
+    }
+
+    const JOB: &[(&str, &str)] = &[
+        ("SLURM_JOB_ID", "42"),
+        ("SLURM_JOB_UID", "1000"),
+        ("SLURM_JOB_USER", "alice"),
+        ("SLURMD_NODENAME", "gpu01"),
+        ("SLURM_JOB_GPUS", "1,3"),
+    ];
+
+    #[test]
+    fn gpu_lists_take_ranges_and_reject_junk() {
+        assert_eq!(parse_gpu_list("0,2-4,3"), Ok(vec![0, 2, 3, 4]));
+        assert!(parse_gpu_list("4-2").is_err());
+        assert!(parse_gpu_list("0-99999").is_err());
+        assert!(parse_gpu_list("0,,1").is_err());
+        assert!(parse_gpu_list("-1").is_err());
+    }
+
+    #[test]
+    fn the_job_environment_is_read_and_checked() {
+        let j = JobEnv::from_vars(&vars(JOB))
+            .expect("valid")
+            .expect("has GPUs");
+        assert_eq!(j.gpus, vec![1, 3]);
+        assert_eq!((j.uid, j.mps_pct, j.class), (1000, None, None));
+        let mut with = JOB.to_vec();
+        with.push(("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "101"));
+        let e = JobEnv::from_vars(&vars(&with)).expect_err("over 100");
+        assert!(
+            e.to_string()
+                .starts_with("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE: \"101\""),
+            "{e}"
+        );
+        let mut bad = JOB.to_vec();
+        bad[0] = ("SLURM_JOB_ID", "../../etc");
+        assert!(
+            JobEnv::from_vars(&vars(&bad)).is_err(),
+            "job ids name files"
+        );
+        let mut node = JOB.to_vec();
+        node[3] = ("SLURMD_NODENAME", "../x");
+        assert!(
+            JobEnv::from_vars(&vars(&node)).is_err(),
+            "node names name directories"
+        );
+        let cpu: Vec<_> = JOB
+            .iter()
+            .copied()
+            .filter(|(k, _)| *k != "SLURM_JOB_GPUS")
+            .collect();
+        assert_eq!(JobEnv::from_vars(&vars(&cpu)).expect("valid"), None);
+        let mut nodev = cpu.clone();
+        nodev.push(("CUDA_VISIBLE_DEVICES", "NoDevFiles"));
+        assert_eq!(JobEnv::from_vars(&vars(&nodev)).expect("valid"), None);
+    }
+
+    #[test]
+    fn device_names_match_the_longest_catalog_name() {
+        let cfg = Config::parse(crate::cli::BUNDLED_CONFIG, Path::new("h.toml")).expect("valid");
+        let h = NodeHelper::new(&cfg, "n");
+        assert_eq!(
+            h.match_device_name("NVIDIA A100-SXM4-40GB").as_deref(),
+            Some("a100")
+        );
+        // V100 16 and 32 GB are separate types that a name alone does not tell apart well
+        // enough: such nodes set [node] gpu_type.
+        assert_eq!(h.match_device_name("Tesla V100-SXM2-32GB"), None);
+        assert_eq!(
+            h.match_device_name("NVIDIA GH200 480GB"),
+            None,
+            "no 2-letter alias match"
+        );
+        assert_eq!(
+            h.match_device_name("NVIDIA H100 NVL").as_deref(),
+            Some("h100")
+        );
+        assert_eq!(h.match_device_name("Radeon"), None);
+    }
 }
