@@ -270,6 +270,9 @@ fn csv_field(s: &str) -> String {
     }
 }
 
+/// A metric's name, help text and value of one group.
+type Metric = (&'static str, &'static str, fn(&Acc) -> String);
+
 /// A node_exporter textfile: energy, GPU-hours and jobs per user and GPU type, idle energy per
 /// node and GPU type.
 pub fn prometheus(records: &[Record]) -> String {
@@ -293,56 +296,42 @@ pub fn prometheus(records: &[Record]) -> String {
         }
     }
     let mut out = String::new();
-    let metric = |out: &mut String, name: &str, help: &str| {
+    let per_user: [Metric; 3] = [
+        (
+            "heshare_gpu_energy_joules_total",
+            "GPU energy of finished jobs, as accounted by heshare's Epilog.",
+            |a| format!("{:.3}", a.energy_j),
+        ),
+        (
+            "heshare_gpu_hours_total",
+            "GPU-hours held by finished jobs (an MPS share counts as its fraction).",
+            |a| format!("{:.6}", a.gpu_s / 3600.0),
+        ),
+        ("heshare_jobs_total", "Finished GPU jobs.", |a| {
+            a.jobs.to_string()
+        }),
+    ];
+    for (name, help, value) in per_user {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
-    };
-    metric(
-        &mut out,
-        "heshare_gpu_energy_joules_total",
-        "GPU energy of finished jobs, as accounted by heshare's Epilog.",
-    );
-    for ((u, t), a) in &by_user {
-        let _ = writeln!(
-            out,
-            "heshare_gpu_energy_joules_total{{user=\"{}\",gpu_type=\"{}\"}} {:.3}",
-            label(u),
-            label(t),
-            a.energy_j
-        );
+        for ((u, t), a) in &by_user {
+            let _ = writeln!(
+                out,
+                "{name}{{user=\"{}\",gpu_type=\"{}\"}} {}",
+                label(u),
+                label(t),
+                value(a)
+            );
+        }
     }
-    metric(
-        &mut out,
-        "heshare_gpu_hours_total",
-        "GPU-hours held by finished jobs (an MPS share counts as its fraction).",
-    );
-    for ((u, t), a) in &by_user {
-        let _ = writeln!(
-            out,
-            "heshare_gpu_hours_total{{user=\"{}\",gpu_type=\"{}\"}} {:.6}",
-            label(u),
-            label(t),
-            a.gpu_s / 3600.0
-        );
-    }
-    metric(&mut out, "heshare_jobs_total", "Finished GPU jobs.");
-    for ((u, t), a) in &by_user {
-        let _ = writeln!(
-            out,
-            "heshare_jobs_total{{user=\"{}\",gpu_type=\"{}\"}} {}",
-            label(u),
-            label(t),
-            a.jobs
-        );
-    }
-    metric(
-        &mut out,
-        "heshare_gpu_idle_energy_joules_total",
-        "GPU energy while no job held the GPU (or the unheld part of a shared GPU).",
+    let name = "heshare_gpu_idle_energy_joules_total";
+    let _ = writeln!(
+        out,
+        "# HELP {name} GPU energy while no job held the GPU (or the unheld part of a shared GPU).\n# TYPE {name} counter"
     );
     for ((n, t), e) in &idle {
         let _ = writeln!(
             out,
-            "heshare_gpu_idle_energy_joules_total{{node=\"{}\",gpu_type=\"{}\"}} {e:.3}",
+            "{name}{{node=\"{}\",gpu_type=\"{}\"}} {e:.3}",
             label(n),
             label(t)
         );
