@@ -7,7 +7,7 @@ pub mod priority;
 pub mod share;
 
 pub use placement::{
-    Candidate, ClusterView, Decision, EnergyPolicy, GpuSlot, JobRequest, PlacedJob, PlacementError,
-    Plan, ShareRequest, place,
+    Candidate, ClusterView, Decision, EnergyPolicy, GpuSlot, JobRequest, PlaceContext, PlacedJob,
+    PlacementError, Plan, ShareRequest, place, place_slots, place_with,
 };
 pub use share::{ShareError, ShareJob, ShareParams, SharePlan, ShareSpec, optimize};

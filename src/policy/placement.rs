@@ -9,7 +9,7 @@
 //! evaluation per GPU type.
 
 use super::priority::nice_adjustment;
-use super::share::{ShareError, ShareJob, ShareParams, ShareSpec, optimize};
+use super::share::{ShareError, ShareJob, ShareParams, SharePlan, ShareSpec, optimize};
 use crate::config::Config;
 use crate::model::{
     JobClass, JobKind, ModelParams, Tenant, alone_runtime, full_speed_share, predict,
@@ -108,10 +108,6 @@ impl ClusterView {
                 .collect(),
         }
     }
-
-    fn is_type_level(&self) -> bool {
-        self.gpus.iter().all(|g| g.node.is_empty())
-    }
 }
 
 /// One scored way to run the job.
@@ -186,8 +182,108 @@ pub enum PlacementError {
     NoFeasible(String),
 }
 
+/// What a caller that places many jobs keeps between calls: `optimize` results by GPU type and
+/// tenants (it is pure, so a remembered plan is the plan), and whether decisions need their
+/// human-readable reason. The simulator keeps one for a whole run; `place` uses a fresh one.
+#[derive(Debug, Default)]
+pub struct PlaceContext {
+    /// Skip the `reason` text (formatting floats costs more than the decision on a quiet view).
+    pub quiet: bool,
+    plans: rustc_hash::FxHashMap<PlanKey, Result<SharePlan, ShareError>>,
+    /// The config the plans belong to (its address: a cache must not outlive it).
+    owner: usize,
+}
+
+/// A GPU type and its tenants, with users renumbered by first appearance (the model only asks
+/// whether two users are the same) and classes by address within one config.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct PlanKey {
+    gpu_type: usize,
+    tenants: Vec<(usize, ShareSpec, u32, u64)>,
+}
+
+/// Plans remembered beyond this many are dropped all at once (a long run sees few signatures).
+const PLAN_CACHE_MAX: usize = 200_000;
+
+impl PlaceContext {
+    pub fn quiet() -> Self {
+        PlaceContext {
+            quiet: true,
+            ..PlaceContext::default()
+        }
+    }
+
+    /// `share::optimize` for `jobs` on a GPU of type `gpu_type` of `cfg`, remembered.
+    pub fn optimize(
+        &mut self,
+        cfg: &Config,
+        gpu_type: usize,
+        jobs: &[ShareJob<'_>],
+        params: ShareParams,
+    ) -> Result<SharePlan, ShareError> {
+        let owner = std::ptr::from_ref(cfg) as usize;
+        if self.owner != owner || self.plans.len() >= PLAN_CACHE_MAX {
+            self.plans.clear();
+            self.owner = owner;
+        }
+        let mut seen: Vec<u32> = Vec::with_capacity(jobs.len());
+        let tenants = jobs
+            .iter()
+            .map(|j| {
+                let user = match seen.iter().position(|&u| u == j.user) {
+                    Some(i) => i,
+                    None => {
+                        seen.push(j.user);
+                        seen.len() - 1
+                    }
+                };
+                (
+                    std::ptr::from_ref(j.class) as usize,
+                    j.share,
+                    u32::try_from(user).unwrap_or(u32::MAX),
+                    j.bound.to_bits(),
+                )
+            })
+            .collect();
+        let key = PlanKey { gpu_type, tenants };
+        if let Some(p) = self.plans.get(&key) {
+            return p.clone();
+        }
+        let gpu = &cfg.gpu_types[gpu_type];
+        let reference = &cfg.gpu_types[cfg.reference_gpu];
+        let plan = optimize(gpu, reference, jobs, params);
+        self.plans.insert(key, plan.clone());
+        plan
+    }
+}
+
 /// Places `req` on `view` under `cfg`. Pure: same inputs, same plan.
 pub fn place(cfg: &Config, view: &ClusterView, req: &JobRequest) -> Result<Plan, PlacementError> {
+    place_with(cfg, view, req, &mut PlaceContext::default())
+}
+
+/// `place` with a context kept between calls; the decision is the same as `place`'s (only the
+/// reason is left empty when the context is quiet).
+pub fn place_with(
+    cfg: &Config,
+    view: &ClusterView,
+    req: &JobRequest,
+    ctx: &mut PlaceContext,
+) -> Result<Plan, PlacementError> {
+    let slots: Vec<&GpuSlot> = view.gpus.iter().collect();
+    place_slots(cfg, &slots, req, ctx)
+}
+
+/// `place_with` on a list of GPUs. A caller that keeps its GPUs grouped by type and occupants
+/// may pass the first GPU (in view order) of each group for a one-GPU job, and only the idle
+/// GPUs for a multi-GPU job: the decision is the one the whole view gives, since every GPU of a
+/// group gets the same prediction and the first of a group is the one chosen.
+pub fn place_slots(
+    cfg: &Config,
+    view: &[&GpuSlot],
+    req: &JobRequest,
+    ctx: &mut PlaceContext,
+) -> Result<Plan, PlacementError> {
     let class_idx = cfg
         .classes
         .iter()
@@ -229,14 +325,15 @@ pub fn place(cfg: &Config, view: &ClusterView, req: &JobRequest) -> Result<Plan,
 
     let mut rejections: BTreeMap<String, String> = BTreeMap::new();
     let mut raw: Vec<Candidate> = Vec::new();
-    let type_level = view.is_type_level();
+    let type_level = view.iter().all(|g| g.node.is_empty());
 
     // Filter each GPU first (cheap, and on a busy cluster most GPUs fail here), then group the
     // rest: GPUs of one type with the same occupants give the same prediction.
     let mut groups: BTreeMap<(usize, Vec<&PlacedJob>), Vec<usize>> = BTreeMap::new();
     // Idle GPUs, the bulk of a quiet cluster, go to one list per type without a map lookup.
     let mut idle: Vec<Vec<usize>> = vec![Vec::new(); cfg.gpu_types.len()];
-    for (i, slot) in view.gpus.iter().enumerate() {
+    let mut rejected = vec![false; cfg.gpu_types.len()];
+    for (i, slot) in view.iter().enumerate() {
         match slot_filter(cfg, class, req, &allowed, slot) {
             Ok(()) if slot.jobs.is_empty() => idle[slot.gpu_type].push(i),
             Ok(()) => groups
@@ -244,9 +341,13 @@ pub fn place(cfg: &Config, view: &ClusterView, req: &JobRequest) -> Result<Plan,
                 .or_default()
                 .push(i),
             Err(Some(why)) => {
-                rejections
-                    .entry(cfg.gpu_types[slot.gpu_type].name.clone())
-                    .or_insert(why);
+                // Only the first reason per type is kept: format it only then.
+                if !rejected[slot.gpu_type] {
+                    rejected[slot.gpu_type] = true;
+                    rejections
+                        .entry(cfg.gpu_types[slot.gpu_type].name.clone())
+                        .or_insert_with(|| why.describe(cfg, class));
+                }
             }
             Err(None) => {}
         }
@@ -277,7 +378,7 @@ pub fn place(cfg: &Config, view: &ClusterView, req: &JobRequest) -> Result<Plan,
                 user: new_user,
                 bound,
             }];
-            match optimize(gpu, reference, &tenants, params) {
+            match ctx.optimize(cfg, *type_idx, &tenants, params) {
                 Ok(plan) => raw.push(candidate(
                     gpu.name.clone(),
                     node,
@@ -293,7 +394,7 @@ pub fn place(cfg: &Config, view: &ClusterView, req: &JobRequest) -> Result<Plan,
             }
             continue;
         }
-        let slot = &view.gpus[slots[0]];
+        let slot = view[slots[0]];
         let (node, indices) = if type_level {
             (None, vec![])
         } else {
@@ -336,7 +437,7 @@ pub fn place(cfg: &Config, view: &ClusterView, req: &JobRequest) -> Result<Plan,
             .collect();
         // What the jobs already there do without the newcomer, at the clock they would get.
         let before = if occupied {
-            optimize(gpu, reference, &existing, params).ok()
+            ctx.optimize(cfg, *type_idx, &existing, params).ok()
         } else {
             None
         };
@@ -349,7 +450,7 @@ pub fn place(cfg: &Config, view: &ClusterView, req: &JobRequest) -> Result<Plan,
                 user: new_user,
                 bound,
             });
-            let plan = match optimize(gpu, reference, &all, params) {
+            let plan = match ctx.optimize(cfg, *type_idx, &all, params) {
                 Ok(p) => p,
                 Err(e) => {
                     reject(&mut rejections, describe_share_error(&e, all.len() - 1));
@@ -402,11 +503,47 @@ pub fn place(cfg: &Config, view: &ClusterView, req: &JobRequest) -> Result<Plan,
     let mut scored = score(raw, weight);
     rank(&mut scored);
     let nice = nice_adjustment(cfg, class, &allowed, &scored[0], req.gpus);
-    let decision = decide(&scored, class, weight, bound, nice);
+    let decision = decide(&scored, class, weight, bound, nice, ctx.quiet);
     Ok(Plan {
         decision,
         candidates: scored,
     })
+}
+
+/// Why a GPU cannot take the job; turned into text only for the first GPU of a type.
+#[derive(Debug, Clone, Copy)]
+enum Reject {
+    NotAllowed,
+    Memory { used_gib: f64, total_gib: f64 },
+    HeldExclusively,
+    Crowded(usize),
+    OtherUser,
+    WantsWhole,
+    NoMps,
+}
+
+impl Reject {
+    fn describe(self, _cfg: &Config, class: &JobClass) -> String {
+        match self {
+            Reject::NotAllowed => "not among the requested GPU types".into(),
+            Reject::Memory {
+                used_gib,
+                total_gib,
+            } => format!(
+                "needs {:.0} GiB but {:.0} of {:.0} GiB are free",
+                class.memory_gib,
+                total_gib - used_gib,
+                total_gib
+            ),
+            Reject::HeldExclusively => "held exclusively".into(),
+            Reject::Crowded(n) => format!("already shared by {n} jobs"),
+            Reject::OtherUser => {
+                "shared by another user's jobs (allow_cross_user_sharing = false)".into()
+            }
+            Reject::WantsWhole => "busy, and the job asks for a whole GPU".into(),
+            Reject::NoMps => "no MPS on this type".into(),
+        }
+    }
 }
 
 /// Why `slot` cannot take the job, decided per GPU before grouping (every GPU of a group gets
@@ -417,36 +554,32 @@ fn slot_filter(
     req: &JobRequest,
     allowed: &[bool],
     slot: &GpuSlot,
-) -> Result<(), Option<String>> {
+) -> Result<(), Option<Reject>> {
     let gpu = &cfg.gpu_types[slot.gpu_type];
     let jobs = &slot.jobs;
     let occupied = !jobs.is_empty();
     if !allowed[slot.gpu_type] {
-        return Err(Some("not among the requested GPU types".into()));
+        return Err(Some(Reject::NotAllowed));
     }
     let used_mem: f64 = jobs.iter().map(|j| cfg.classes[j.class].memory_gib).sum();
     if used_mem + class.memory_gib > gpu.memory_gib {
-        return Err(Some(format!(
-            "needs {:.0} GiB but {:.0} of {:.0} GiB are free",
-            class.memory_gib,
-            gpu.memory_gib - used_mem,
-            gpu.memory_gib
-        )));
+        return Err(Some(Reject::Memory {
+            used_gib: used_mem,
+            total_gib: gpu.memory_gib,
+        }));
     }
     if req.gpus > 1 {
         // Several whole GPUs: only idle ones count; the node search says why none fit.
         return if occupied { Err(None) } else { Ok(()) };
     }
     if jobs.iter().any(|j| j.exclusive) {
-        return Err(Some("held exclusively".into()));
+        return Err(Some(Reject::HeldExclusively));
     }
     if occupied && jobs.len() >= usize::from(cfg.policy.max_jobs_per_gpu) {
-        return Err(Some(format!("already shared by {} jobs", jobs.len())));
+        return Err(Some(Reject::Crowded(jobs.len())));
     }
     if occupied && !cfg.policy.allow_cross_user_sharing && jobs.iter().any(|j| j.user != req.user) {
-        return Err(Some(
-            "shared by another user's jobs (allow_cross_user_sharing = false)".into(),
-        ));
+        return Err(Some(Reject::OtherUser));
     }
     let no_option = match req.share {
         ShareRequest::Exclusive => occupied,
@@ -455,9 +588,9 @@ fn slot_filter(
     };
     if no_option {
         return Err(Some(if gpu.mps {
-            "busy, and the job asks for a whole GPU".into()
+            Reject::WantsWhole
         } else {
-            "no MPS on this type".into()
+            Reject::NoMps
         }));
     }
     Ok(())
@@ -551,7 +684,42 @@ fn rank(cands: &mut [Candidate]) {
     });
 }
 
-fn decide(cands: &[Candidate], class: &JobClass, weight: f64, bound: f64, nice: i32) -> Decision {
+fn decide(
+    cands: &[Candidate],
+    class: &JobClass,
+    weight: f64,
+    bound: f64,
+    nice: i32,
+    quiet: bool,
+) -> Decision {
+    let best = &cands[0];
+    let reason = if quiet {
+        String::new()
+    } else {
+        explain(cands, class, weight)
+    };
+    Decision {
+        gpu_type: best.gpu_type.clone(),
+        node: best.node.clone(),
+        gpu_indices: best.gpu_indices.clone(),
+        gpus: best.gpus,
+        share_pct: best.share_pct,
+        exclusive: best.exclusive,
+        sm_clock_mhz: best.sm_clock_mhz,
+        predicted_runtime_s: best.predicted_runtime_s,
+        predicted_energy_j: best.predicted_energy_j,
+        score: best.score,
+        nice,
+        class: class.name.clone(),
+        energy_weight: weight,
+        slowdown_bound: bound,
+        reason,
+    }
+}
+
+/// The one-line reason: what was chosen, what it costs, and how it compares with the best other
+/// type (or the other way of using the same type).
+fn explain(cands: &[Candidate], class: &JobClass, weight: f64) -> String {
     let best = &cands[0];
     let how = if best.exclusive {
         format!("{} whole {}", best.gpus, best.gpu_type)
@@ -597,23 +765,7 @@ fn decide(cands: &[Candidate], class: &JobClass, weight: f64, bound: f64, nice: 
             JobKind::Inference => "inference",
         }
     ));
-    Decision {
-        gpu_type: best.gpu_type.clone(),
-        node: best.node.clone(),
-        gpu_indices: best.gpu_indices.clone(),
-        gpus: best.gpus,
-        share_pct: best.share_pct,
-        exclusive: best.exclusive,
-        sm_clock_mhz: best.sm_clock_mhz,
-        predicted_runtime_s: best.predicted_runtime_s,
-        predicted_energy_j: best.predicted_energy_j,
-        score: best.score,
-        nice,
-        class: class.name.clone(),
-        energy_weight: weight,
-        slowdown_bound: bound,
-        reason,
-    }
+    reason
 }
 
 /// "38% less" / "12% more" / "same", comparing `v` with `other`.
@@ -661,7 +813,7 @@ fn sorted_jobs(jobs: &[PlacedJob]) -> Vec<&PlacedJob> {
 
 /// The first node (in view order) with `n` idle GPUs among `slots`, and their indices.
 fn whole_gpus_on_one_node(
-    view: &ClusterView,
+    view: &[&GpuSlot],
     slots: &[usize],
     n: u32,
     type_level: bool,
@@ -669,12 +821,17 @@ fn whole_gpus_on_one_node(
     if type_level {
         return Some((None, vec![]));
     }
+    // Nodes in order of first appearance; the map keeps this linear on a 6,000-GPU view.
     let mut by_node: Vec<(&str, Vec<u32>)> = Vec::new();
+    let mut at: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
     for &i in slots {
-        let s = &view.gpus[i];
-        match by_node.iter_mut().find(|(node, _)| *node == s.node) {
-            Some((_, idx)) => idx.push(s.index),
-            None => by_node.push((&s.node, vec![s.index])),
+        let s = view[i];
+        match at.get(s.node.as_str()) {
+            Some(&k) => by_node[k].1.push(s.index),
+            None => {
+                at.insert(&s.node, by_node.len());
+                by_node.push((&s.node, vec![s.index]));
+            }
         }
     }
     by_node.into_iter().find_map(|(node, mut idx)| {

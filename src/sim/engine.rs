@@ -99,6 +99,8 @@ pub struct State<'a> {
     pub jobs: Vec<SimJob>,
     /// The same cluster as `policy::ClusterView`, kept in step for heshare's placement.
     pub view: ClusterView,
+    /// `view`'s GPUs grouped by type and occupants, kept in step with it.
+    pub groups: super::groups::GpuGroups,
     pub now: f64,
 }
 
@@ -319,6 +321,7 @@ pub fn build_state<'a>(
         nodes: sim_nodes,
         gpus,
         jobs,
+        groups: super::groups::GpuGroups::new(&view),
         view,
         now: 0.0,
     }
@@ -440,6 +443,8 @@ pub fn run(
         m.utilisation += g.busy_share_s;
     }
     let reference = &st.cfg.gpu_types[st.cfg.reference_gpu];
+    let mut lower_bounds: std::collections::HashMap<(usize, Vec<usize>), f64> =
+        std::collections::HashMap::new();
     for j in &st.jobs {
         let (Some(s), Some(f)) = (j.start_s, j.finish_s) else {
             continue;
@@ -452,7 +457,11 @@ pub fn run(
         if (f - s) > alone * bound * (1.0 + 1e-6) {
             m.violations += 1;
         }
-        m.energy_lower_bound_j += lower_bound(st, j);
+        // The best energy per unit of work depends only on the class and the allowed types.
+        let per_work = *lower_bounds
+            .entry((j.class, j.gpu_types.clone()))
+            .or_insert_with(|| lower_bound_per_work(st, j.class, &j.gpu_types));
+        m.energy_lower_bound_j += per_work * j.work_s * f64::from(j.num_gpus);
     }
     m.alloc_rate = alloc / capacity_time;
     m.utilisation /= capacity_time;
@@ -491,13 +500,12 @@ fn partial_node_idle(st: &State<'_>) -> f64 {
         - st.nodes.iter().map(|n| n.whole_idle_j).sum::<f64>()
 }
 
-fn lower_bound(st: &State<'_>, j: &SimJob) -> f64 {
-    let class = &st.cfg.classes[j.class];
+fn lower_bound_per_work(st: &State<'_>, class_idx: usize, allowed: &[usize]) -> f64 {
+    let class = &st.cfg.classes[class_idx];
     let reference = &st.cfg.gpu_types[st.cfg.reference_gpu];
-    let scale = j.work_s / class.reference_runtime_s;
     let mut best = f64::INFINITY;
     for (t, gt) in st.cfg.gpu_types.iter().enumerate() {
-        if !(j.gpu_types.is_empty() || j.gpu_types.contains(&t)) {
+        if !(allowed.is_empty() || allowed.contains(&t)) {
             continue;
         }
         for &f in &gt.sm_clocks {
@@ -512,7 +520,7 @@ fn lower_bound(st: &State<'_>, j: &SimJob) -> f64 {
                 f,
                 st.params,
             );
-            best = best.min(p.jobs[0].energy().0 * scale * f64::from(j.num_gpus));
+            best = best.min(p.jobs[0].energy().0 / class.reference_runtime_s);
         }
     }
     if best.is_finite() { best } else { 0.0 }
@@ -650,6 +658,7 @@ fn try_start(
             user,
             exclusive,
         });
+        st.groups.update(g, &st.view.gpus[g]);
     }
     for &g in &gpus {
         refresh_gpu(st, sched, g, heap, seq);
@@ -687,6 +696,7 @@ fn finish(
         if let Some(p) = pos {
             st.gpus[g].jobs.remove(p);
             st.view.gpus[g].jobs.remove(p);
+            st.groups.update(g, &st.view.gpus[g]);
         }
         if st.gpus[g].jobs.is_empty() {
             let n = &mut st.nodes[node];

@@ -5,14 +5,50 @@
 
 use super::{Placement, Scheduler, node_fits_host};
 use crate::model::ModelParams;
-use crate::policy::{JobRequest, ShareJob, ShareParams, ShareRequest, ShareSpec, optimize, place};
+use crate::policy::{
+    GpuSlot, JobRequest, PlaceContext, ShareJob, ShareParams, ShareRequest, ShareSpec, place_slots,
+};
 use crate::sim::engine::State;
 use crate::units::{Mhz, SharePct};
 use std::collections::HashMap;
 
+/// For a job of `n` whole GPUs: the idle GPUs of the first node (in cluster order) of each GPU
+/// type with at least `n` idle GPUs of that type, which is where `place` on the whole view would
+/// put it.
+fn first_nodes_with_idle(st: &State<'_>, n: usize) -> Vec<usize> {
+    let mut done = vec![false; st.cfg.gpu_types.len()];
+    let mut out = Vec::new();
+    for node in &st.nodes {
+        let mut by_type: Vec<(usize, Vec<usize>)> = Vec::new();
+        for &g in &node.gpus {
+            let gpu = &st.gpus[g];
+            if !gpu.jobs.is_empty() || done[gpu.gpu_type] {
+                continue;
+            }
+            match by_type.iter_mut().find(|(t, _)| *t == gpu.gpu_type) {
+                Some((_, v)) => v.push(g),
+                None => by_type.push((gpu.gpu_type, vec![g])),
+            }
+        }
+        for (t, gpus) in by_type {
+            if gpus.len() >= n {
+                done[t] = true;
+                out.extend(gpus);
+            }
+        }
+        if done.iter().all(|&d| d) {
+            break;
+        }
+    }
+    out.sort_unstable();
+    out
+}
+
 pub struct Heshare {
     node_index: HashMap<String, usize>,
     params: ShareParams,
+    /// Remembered sharing plans for the whole run; decisions need no reason text here.
+    ctx: PlaceContext,
 }
 
 impl Heshare {
@@ -30,6 +66,7 @@ impl Heshare {
                 },
                 share_step_pct: st.cfg.policy.mps_share_step_pct,
             },
+            ctx: PlaceContext::quiet(),
         }
     }
 }
@@ -57,7 +94,17 @@ impl Scheduler for Heshare {
                 .collect(),
             energy_policy: None,
         };
-        let plan = place(st.cfg, &st.view, &req).ok()?;
+        // One GPU per group of identical GPUs (or the idle ones for several whole GPUs): the
+        // decision `place` makes on the whole view, without scanning six thousand GPUs.
+        let slots: Vec<&GpuSlot> = if job.num_gpus == 1 {
+            st.groups.firsts().map(|g| &st.view.gpus[g]).collect()
+        } else {
+            first_nodes_with_idle(st, job.num_gpus as usize)
+                .into_iter()
+                .map(|g| &st.view.gpus[g])
+                .collect()
+        };
+        let plan = place_slots(st.cfg, &slots, &req, &mut self.ctx).ok()?;
         let d = plan.decision;
         let node = *self.node_index.get(d.node.as_deref()?)?;
         if !node_fits_host(st, node, job) {
@@ -95,12 +142,8 @@ impl Scheduler for Heshare {
                 }
             })
             .collect();
-        optimize(
-            gt,
-            &st.cfg.gpu_types[st.cfg.reference_gpu],
-            &jobs,
-            self.params,
-        )
-        .map_or(gt.default_sm_clock, |p| p.clock)
+        self.ctx
+            .optimize(st.cfg, g.gpu_type, &jobs, self.params)
+            .map_or(gt.default_sm_clock, |p| p.clock)
     }
 }
