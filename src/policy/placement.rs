@@ -17,6 +17,7 @@ use crate::model::{
 use crate::units::{Joules, Seconds, SharePct};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use std::rc::Rc;
 
 /// How much of a GPU the user asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
@@ -189,7 +190,7 @@ pub enum PlacementError {
 pub struct PlaceContext {
     /// Skip the `reason` text (formatting floats costs more than the decision on a quiet view).
     pub quiet: bool,
-    plans: rustc_hash::FxHashMap<PlanKey, Result<SharePlan, ShareError>>,
+    plans: rustc_hash::FxHashMap<PlanKey, Rc<Result<SharePlan, ShareError>>>,
     /// The config the plans belong to (its address: a cache must not outlive it).
     owner: usize,
 }
@@ -220,7 +221,7 @@ impl PlaceContext {
         gpu_type: usize,
         jobs: &[ShareJob<'_>],
         params: ShareParams,
-    ) -> Result<SharePlan, ShareError> {
+    ) -> Rc<Result<SharePlan, ShareError>> {
         let owner = std::ptr::from_ref(cfg) as usize;
         if self.owner != owner || self.plans.len() >= PLAN_CACHE_MAX {
             self.plans.clear();
@@ -247,12 +248,12 @@ impl PlaceContext {
             .collect();
         let key = PlanKey { gpu_type, tenants };
         if let Some(p) = self.plans.get(&key) {
-            return p.clone();
+            return Rc::clone(p);
         }
         let gpu = &cfg.gpu_types[gpu_type];
         let reference = &cfg.gpu_types[cfg.reference_gpu];
-        let plan = optimize(gpu, reference, jobs, params);
-        self.plans.insert(key, plan.clone());
+        let plan = Rc::new(optimize(gpu, reference, jobs, params));
+        self.plans.insert(key, Rc::clone(&plan));
         plan
     }
 }
@@ -359,17 +360,19 @@ pub fn place_slots(
 
     for ((type_idx, jobs), slots) in &groups {
         let gpu = &cfg.gpu_types[*type_idx];
-        let reject = |rej: &mut BTreeMap<String, String>, why: String| {
-            rej.entry(gpu.name.clone()).or_insert(why);
+        // Only the first reason per type is kept: build the text only then.
+        let reject = |rej: &mut BTreeMap<String, String>, why: &dyn Fn() -> String| {
+            if !rej.contains_key(&gpu.name) {
+                rej.insert(gpu.name.clone(), why());
+            }
         };
         let occupied = !jobs.is_empty();
         if req.gpus > 1 {
             let Some((node, indices)) = whole_gpus_on_one_node(view, slots, req.gpus, type_level)
             else {
-                reject(
-                    &mut rejections,
-                    format!("no node has {} idle GPUs of this type", req.gpus),
-                );
+                reject(&mut rejections, &|| {
+                    format!("no node has {} idle GPUs of this type", req.gpus)
+                });
                 continue;
             };
             let tenants = [ShareJob {
@@ -378,19 +381,19 @@ pub fn place_slots(
                 user: new_user,
                 bound,
             }];
-            match ctx.optimize(cfg, *type_idx, &tenants, params) {
+            match ctx.optimize(cfg, *type_idx, &tenants, params).as_ref() {
                 Ok(plan) => raw.push(candidate(
                     gpu.name.clone(),
                     node,
                     indices,
                     req.gpus,
                     true,
-                    &plan,
+                    plan,
                     0,
                     0.0,
                     0.0,
                 )),
-                Err(e) => reject(&mut rejections, e.to_string()),
+                Err(e) => reject(&mut rejections, &|| e.to_string()),
             }
             continue;
         }
@@ -436,11 +439,7 @@ pub fn place_slots(
             })
             .collect();
         // What the jobs already there do without the newcomer, at the clock they would get.
-        let before = if occupied {
-            ctx.optimize(cfg, *type_idx, &existing, params).ok()
-        } else {
-            None
-        };
+        let before = occupied.then(|| ctx.optimize(cfg, *type_idx, &existing, params));
 
         for (spec, exclusive) in options {
             let mut all = existing.clone();
@@ -450,10 +449,11 @@ pub fn place_slots(
                 user: new_user,
                 bound,
             });
-            let plan = match ctx.optimize(cfg, *type_idx, &all, params) {
+            let planned = ctx.optimize(cfg, *type_idx, &all, params);
+            let plan = match planned.as_ref() {
                 Ok(p) => p,
                 Err(e) => {
-                    reject(&mut rejections, describe_share_error(&e, all.len() - 1));
+                    reject(&mut rejections, &|| describe_share_error(e, all.len() - 1));
                     continue;
                 }
             };
@@ -461,7 +461,7 @@ pub fn place_slots(
             let horizon = plan.prediction.jobs[new].runtime.0;
             // Progress the others lose while the newcomer runs, priced at their power.
             let (mut penalty_e, mut penalty_t) = (0.0, 0.0);
-            if let Some(b) = &before {
+            if let Some(Ok(b)) = before.as_deref() {
                 // `zip` stops at the shorter list: the newcomer (last) has no "without".
                 for (with, without) in plan.prediction.jobs.iter().zip(&b.prediction.jobs) {
                     let lost = (1.0 - without.runtime.0 / with.runtime.0).max(0.0);
@@ -475,7 +475,7 @@ pub fn place_slots(
                 indices.clone(),
                 1,
                 exclusive,
-                &plan,
+                plan,
                 jobs.len(),
                 penalty_e,
                 penalty_t,

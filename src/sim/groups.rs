@@ -1,7 +1,9 @@
 //! The simulated cluster's GPUs grouped by type and occupants, kept in step with every join and
 //! leave. GPUs of one group get the same prediction, so heshare's placement needs only the first
 //! GPU of each group for a one-GPU job and only the idle GPUs for a multi-GPU job
-//! (`policy::place_slots`): tens of GPUs instead of six thousand, the same decision.
+//! (`policy::place_slots`): tens of GPUs instead of six thousand, the same decision. Groups
+//! are also kept apart by who holds them, so a job is not shown GPUs that `place` would turn
+//! down anyway (held exclusively, or shared by another user where users do not mix).
 
 use crate::policy::{ClusterView, GpuSlot, PlacedJob};
 use rustc_hash::FxHashMap;
@@ -9,12 +11,31 @@ use std::collections::BTreeSet;
 
 type GroupKey = (usize, Vec<PlacedJob>);
 
+/// Who holds a group's GPUs, as far as placement cares.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum Holder {
+    Idle,
+    /// A job holds each GPU whole: no one can join.
+    Exclusive,
+    User(String),
+    Users,
+}
+
+fn holder(jobs: &[PlacedJob]) -> Holder {
+    match jobs.first() {
+        None => Holder::Idle,
+        Some(_) if jobs.iter().any(|j| j.exclusive) => Holder::Exclusive,
+        Some(f) if jobs.iter().all(|j| j.user == f.user) => Holder::User(f.user.clone()),
+        Some(_) => Holder::Users,
+    }
+}
+
 #[derive(Debug, Clone, Default)]
 pub struct GpuGroups {
     key_of: Vec<GroupKey>,
     members: FxHashMap<GroupKey, BTreeSet<usize>>,
-    /// The lowest GPU index of every group.
-    firsts: BTreeSet<usize>,
+    /// The lowest GPU index of every group, by who holds the group.
+    firsts: FxHashMap<Holder, BTreeSet<usize>>,
     idle: BTreeSet<usize>,
 }
 
@@ -35,11 +56,14 @@ impl GpuGroups {
                 g.idle.insert(i);
             }
         }
-        g.firsts = g
+        let firsts: Vec<(Holder, usize)> = g
             .members
-            .values()
-            .filter_map(|m| m.first().copied())
+            .iter()
+            .filter_map(|(k, m)| Some((holder(&k.1), *m.first()?)))
             .collect();
+        for (h, i) in firsts {
+            g.firsts.entry(h).or_default().insert(i);
+        }
         g
     }
 
@@ -55,11 +79,13 @@ impl GpuGroups {
             return;
         }
         let old = std::mem::replace(&mut self.key_of[gpu], new.clone());
+        let (old_h, new_h) = (holder(&old.1), holder(&new.1));
         if let Some(set) = self.members.get_mut(&old) {
             if set.first() == Some(&gpu) {
-                self.firsts.remove(&gpu);
+                let firsts = self.firsts.entry(old_h).or_default();
+                firsts.remove(&gpu);
                 if let Some(&next) = set.iter().nth(1) {
-                    self.firsts.insert(next);
+                    firsts.insert(next);
                 }
             }
             set.remove(&gpu);
@@ -68,22 +94,43 @@ impl GpuGroups {
             }
         }
         let set = self.members.entry(new).or_default();
+        let firsts = self.firsts.entry(new_h).or_default();
         match set.first().copied() {
             Some(f) if f < gpu => {}
             Some(f) => {
-                self.firsts.remove(&f);
-                self.firsts.insert(gpu);
+                firsts.remove(&f);
+                firsts.insert(gpu);
             }
             None => {
-                self.firsts.insert(gpu);
+                firsts.insert(gpu);
             }
         }
         set.insert(gpu);
     }
 
     /// The first GPU of every group, in index order.
-    pub fn firsts(&self) -> impl Iterator<Item = usize> + '_ {
-        self.firsts.iter().copied()
+    pub fn firsts(&self) -> Vec<usize> {
+        let mut v: Vec<usize> = self.firsts.values().flatten().copied().collect();
+        v.sort_unstable();
+        v
+    }
+
+    /// The first GPU of every group a one-GPU job of `user` could join: idle ones, those its
+    /// own jobs share, and, where users may mix, those others share. In index order.
+    pub fn firsts_for(&self, user: &str, cross_user: bool) -> Vec<usize> {
+        let mut v: Vec<usize> = self
+            .firsts
+            .iter()
+            .filter(|(h, _)| match h {
+                Holder::Idle => true,
+                Holder::Exclusive => false,
+                Holder::User(u) => cross_user || u == user,
+                Holder::Users => cross_user,
+            })
+            .flat_map(|(_, s)| s.iter().copied())
+            .collect();
+        v.sort_unstable();
+        v
     }
 
     /// The GPUs without jobs, in index order.
@@ -149,7 +196,7 @@ mod tests {
                         share: SharePct::new(u8::try_from(10 + 10 * rng.below(3)).expect("pct"))
                             .expect("pct"),
                         user: format!("u{}", rng.below(2)),
-                        exclusive: false,
+                        exclusive: rng.unit() < 0.1,
                     });
                 }
             } else {
@@ -157,11 +204,7 @@ mod tests {
                 view.gpus[g].jobs.remove(k);
             }
             groups.update(g, &view.gpus[g]);
-            assert_eq!(
-                groups.firsts().collect::<Vec<_>>(),
-                brute_firsts(&view),
-                "step {step}"
-            );
+            assert_eq!(groups.firsts(), brute_firsts(&view), "step {step}");
             let idle: Vec<usize> = (0..view.gpus.len())
                 .filter(|&i| view.gpus[i].jobs.is_empty())
                 .collect();
@@ -181,7 +224,11 @@ mod tests {
                         energy_policy: None,
                     };
                     let slots: Vec<&GpuSlot> = if gpus == 1 {
-                        groups.firsts().map(|i| &view.gpus[i]).collect()
+                        groups
+                            .firsts_for("u1", cfg.policy.allow_cross_user_sharing)
+                            .into_iter()
+                            .map(|i| &view.gpus[i])
+                            .collect()
                     } else {
                         groups.idle().map(|i| &view.gpus[i]).collect()
                     };

@@ -16,28 +16,27 @@ use std::collections::HashMap;
 /// type with at least `n` idle GPUs of that type, which is where `place` on the whole view would
 /// put it.
 fn first_nodes_with_idle(st: &State<'_>, n: usize) -> Vec<usize> {
-    let mut done = vec![false; st.cfg.gpu_types.len()];
+    let types = st.cfg.gpu_types.len();
+    let mut done = vec![false; types];
+    let mut idle = vec![0usize; types];
     let mut out = Vec::new();
     for node in &st.nodes {
-        let mut by_type: Vec<(usize, Vec<usize>)> = Vec::new();
+        idle.iter_mut().for_each(|c| *c = 0);
         for &g in &node.gpus {
-            let gpu = &st.gpus[g];
-            if !gpu.jobs.is_empty() || done[gpu.gpu_type] {
-                continue;
-            }
-            match by_type.iter_mut().find(|(t, _)| *t == gpu.gpu_type) {
-                Some((_, v)) => v.push(g),
-                None => by_type.push((gpu.gpu_type, vec![g])),
+            if st.gpus[g].jobs.is_empty() {
+                idle[st.gpus[g].gpu_type] += 1;
             }
         }
-        for (t, gpus) in by_type {
-            if gpus.len() >= n {
+        for t in 0..types {
+            if !done[t] && idle[t] >= n {
                 done[t] = true;
-                out.extend(gpus);
+                out.extend(
+                    node.gpus
+                        .iter()
+                        .copied()
+                        .filter(|&g| st.gpus[g].gpu_type == t && st.gpus[g].jobs.is_empty()),
+                );
             }
-        }
-        if done.iter().all(|&d| d) {
-            break;
         }
     }
     out.sort_unstable();
@@ -97,7 +96,11 @@ impl Scheduler for Heshare {
         // One GPU per group of identical GPUs (or the idle ones for several whole GPUs): the
         // decision `place` makes on the whole view, without scanning six thousand GPUs.
         let slots: Vec<&GpuSlot> = if job.num_gpus == 1 {
-            st.groups.firsts().map(|g| &st.view.gpus[g]).collect()
+            st.groups
+                .firsts_for(&req.user, st.cfg.policy.allow_cross_user_sharing)
+                .into_iter()
+                .map(|g| &st.view.gpus[g])
+                .collect()
         } else {
             first_nodes_with_idle(st, job.num_gpus as usize)
                 .into_iter()
@@ -144,6 +147,8 @@ impl Scheduler for Heshare {
             .collect();
         self.ctx
             .optimize(st.cfg, g.gpu_type, &jobs, self.params)
+            .as_ref()
+            .as_ref()
             .map_or(gt.default_sm_clock, |p| p.clock)
     }
 }
