@@ -17,7 +17,7 @@ use crate::model::{
 use crate::units::{Joules, Seconds, SharePct};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::rc::Rc;
+use std::sync::Arc;
 
 /// How much of a GPU the user asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
@@ -190,7 +190,7 @@ pub enum PlacementError {
 pub struct PlaceContext {
     /// Skip the `reason` text (formatting floats costs more than the decision on a quiet view).
     pub quiet: bool,
-    plans: rustc_hash::FxHashMap<PlanKey, Rc<Result<SharePlan, ShareError>>>,
+    plans: rustc_hash::FxHashMap<PlanKey, Arc<Result<SharePlan, ShareError>>>,
     /// The config the plans belong to (its address: a cache must not outlive it).
     owner: usize,
 }
@@ -221,7 +221,7 @@ impl PlaceContext {
         gpu_type: usize,
         jobs: &[ShareJob<'_>],
         params: ShareParams,
-    ) -> Rc<Result<SharePlan, ShareError>> {
+    ) -> Arc<Result<SharePlan, ShareError>> {
         let owner = std::ptr::from_ref(cfg) as usize;
         if self.owner != owner || self.plans.len() >= PLAN_CACHE_MAX {
             self.plans.clear();
@@ -248,12 +248,12 @@ impl PlaceContext {
             .collect();
         let key = PlanKey { gpu_type, tenants };
         if let Some(p) = self.plans.get(&key) {
-            return Rc::clone(p);
+            return Arc::clone(p);
         }
         let gpu = &cfg.gpu_types[gpu_type];
         let reference = &cfg.gpu_types[cfg.reference_gpu];
-        let plan = Rc::new(optimize(gpu, reference, jobs, params));
-        self.plans.insert(key, Rc::clone(&plan));
+        let plan = Arc::new(optimize(gpu, reference, jobs, params));
+        self.plans.insert(key, Arc::clone(&plan));
         plan
     }
 }

@@ -7,7 +7,7 @@
 //! point runs under `catch_unwind`, a panic becomes a log line and the job passes unchanged);
 //! logging goes through `slurm_info`/`slurm_error` with a constant "%s" format.
 
-use super::request::{Verdict, decide, parse_gpu_request, parse_options};
+use super::request::{Verdict, decide_with, parse_gpu_request, parse_options};
 use crate::config::{Config, check_slurm_gres, slurm_gpu_types};
 use std::ffi::{CStr, CString, c_char, c_int, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -176,6 +176,9 @@ struct Loaded {
     /// `scontrol reconfigure` unless JobSubmitPlugins itself changed).
     path: std::path::PathBuf,
     modified: Option<std::time::SystemTime>,
+    /// Sharing plans remembered between submissions (the same classes on the same idle types
+    /// come back all day); dropped with this config on reload.
+    ctx: crate::policy::PlaceContext,
 }
 
 fn modified(path: &Path) -> Option<std::time::SystemTime> {
@@ -253,6 +256,7 @@ fn load() -> Result<Loaded, String> {
         present,
         path,
         modified: stamp,
+        ctx: crate::policy::PlaceContext::default(),
     })
 }
 
@@ -415,7 +419,7 @@ pub unsafe extern "C" fn job_submit(
             Err(p) => p.into_inner(),
         };
         refresh(&h, &mut guard);
-        let Some(loaded) = guard.as_ref() else {
+        let Some(loaded) = guard.as_mut() else {
             return SLURM_SUCCESS;
         };
         let user = if v.user_id != 0 && v.user_id != unsafe_no_val() {
@@ -423,13 +427,14 @@ pub unsafe extern "C" fn job_submit(
         } else {
             submit_uid
         };
-        match decide(
+        match decide_with(
             &loaded.cfg,
             &loaded.present,
             ask.as_ref(),
             &opts,
             &user.to_string(),
             v.batch != 0,
+            &mut loaded.ctx,
         ) {
             Verdict::PassThrough => SLURM_SUCCESS,
             Verdict::Annotate(note) => {
@@ -579,6 +584,7 @@ mod tests {
                 present,
                 path: std::path::PathBuf::new(),
                 modified: None,
+                ctx: crate::policy::PlaceContext::default(),
             });
         }
     }

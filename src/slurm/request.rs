@@ -3,7 +3,9 @@
 //! job description should change. The FFI layer only copies strings in and out.
 
 use crate::config::Config;
-use crate::policy::{ClusterView, EnergyPolicy, JobRequest, Plan, ShareRequest, place};
+use crate::policy::{
+    ClusterView, EnergyPolicy, JobRequest, PlaceContext, Plan, ShareRequest, place_with,
+};
 use crate::units::SharePct;
 
 /// How the running Slurm spells GRES in TRES strings: `gres:gpu:1` up to 23.02, `gres/gpu:1`
@@ -160,6 +162,28 @@ pub fn decide(
     user: &str,
     batch: bool,
 ) -> Verdict {
+    decide_with(
+        cfg,
+        present,
+        ask,
+        opts,
+        user,
+        batch,
+        &mut PlaceContext::default(),
+    )
+}
+
+/// `decide` with sharing plans remembered in `ctx` between calls (the plugin keeps one per
+/// loaded config).
+pub fn decide_with(
+    cfg: &Config,
+    present: &[(usize, u32)],
+    ask: Option<&GpuAsk>,
+    opts: &Options,
+    user: &str,
+    batch: bool,
+    ctx: &mut PlaceContext,
+) -> Verdict {
     let Some(ask) = ask else {
         return if opts.gpu_share.is_some() || opts.gpu_class.is_some() {
             Verdict::Reject("heshare: --gpu-share/--gpu-class need a GPU request (--gres=gpu:N or --gres=mps:PCT)".into())
@@ -263,7 +287,7 @@ pub fn decide(
         gpu_types: allowed,
         energy_policy,
     };
-    match place(cfg, &view, &req) {
+    match place_with(cfg, &view, &req, ctx) {
         Ok(plan) => Verdict::Rewrite(rewrite(ask, &plan, &class)),
         Err(e) => Verdict::Reject(format!("heshare: {e}")),
     }
