@@ -1,6 +1,10 @@
 //! Finds the Slurm headers the plugin must be built against (their `SLURM_VERSION_NUMBER` is the
 //! `plugin_version` slurmctld checks) and tells the crate what it found.
 //!
+//! Against those headers it compiles the C shim (job_desc_msg_t's fields for job_submit) and
+//! generates, with bindgen, the Rust layouts of the structs the snapshot thread reads from
+//! Slurm's client API (node and job tables, job updates): no struct layout is written by hand.
+//!
 //! Without headers the library, the CLI and the simulator still build; the build says which
 //! Debian package brings the headers, and the crate reports "built without Slurm headers".
 
@@ -48,6 +52,7 @@ fn main() {
                     .include(dir)
                     .warnings(true)
                     .compile("heshare_shim");
+                bindings(dir, &out);
                 return;
             }
             None => println!(
@@ -64,6 +69,38 @@ fn main() {
             .collect::<Vec<_>>()
             .join(", ")
     );
+}
+
+/// Rust layouts of the Slurm client structs the snapshot thread reads, from these headers. Only
+/// types and constants: the functions are looked up at run time (a cdylib must not reference a
+/// Slurm symbol at link time, DESIGN.md section 1).
+fn bindings(dir: &std::path::Path, out: &std::path::Path) {
+    let generated = bindgen::Builder::default()
+        .header_contents(
+            "heshare_slurm.h",
+            "#include <slurm/slurm.h>\n#include <slurm/slurm_errno.h>\n",
+        )
+        .clang_arg(format!("-I{}", dir.display()))
+        .allowlist_type("node_info_msg_t|job_info_msg_t|job_desc_msg_t")
+        .allowlist_type("job_states|job_state_reason|node_states")
+        .allowlist_var("SHOW_DETAIL|SHOW_ALL|JOB_STATE_BASE|NODE_STATE_BASE")
+        .allowlist_var("NO_VAL|INFINITE|NICE_OFFSET|SLURM_NO_CHANGE_IN_DATA|SLURM_SUCCESS")
+        .layout_tests(false)
+        .generate_comments(false)
+        .derive_debug(false)
+        .generate();
+    match generated {
+        Ok(b) => {
+            if let Err(e) = b.write_to_file(out.join("slurm_bindings.rs")) {
+                panic!("cannot write the Slurm bindings: {e}");
+            }
+        }
+        Err(e) => panic!(
+            "bindgen could not read {}/slurm/slurm.h ({e}); it needs libclang: on Debian/Ubuntu \
+             install the package libclang-dev",
+            dir.display()
+        ),
+    }
 }
 
 /// `#define SLURM_VERSION_NUMBER 0x160508` -> `0x160508`.

@@ -13,10 +13,13 @@ typedef struct {
 	const char *tres_per_node;
 	const char *tres_per_job;
 	const char *admin_comment;
+	const char *features;
+	const char *prefer;
 	char **spank_job_env;
 	uint32_t spank_job_env_size;
 	uint32_t nice;
 	uint32_t user_id;
+	uint32_t time_limit; /* minutes; NO_VAL or INFINITE when not given */
 	int batch; /* 1 for sbatch (a script), 0 for srun/salloc allocations */
 } hs_job_view;
 
@@ -25,10 +28,13 @@ void hs_job_view_fill(const job_desc_msg_t *d, hs_job_view *out)
 	out->tres_per_node = d->tres_per_node;
 	out->tres_per_job = d->tres_per_job;
 	out->admin_comment = d->admin_comment;
+	out->features = d->features;
+	out->prefer = d->prefer;
 	out->spank_job_env = d->spank_job_env;
 	out->spank_job_env_size = d->spank_job_env_size;
 	out->nice = d->nice;
 	out->user_id = d->user_id;
+	out->time_limit = d->time_limit;
 	out->batch = d->script != NULL;
 }
 
@@ -36,6 +42,8 @@ void hs_job_view_fill(const job_desc_msg_t *d, hs_job_view *out)
 char **hs_job_tres_per_node(job_desc_msg_t *d) { return &d->tres_per_node; }
 char **hs_job_tres_per_job(job_desc_msg_t *d) { return &d->tres_per_job; }
 char **hs_job_admin_comment(job_desc_msg_t *d) { return &d->admin_comment; }
+char **hs_job_features(job_desc_msg_t *d) { return &d->features; }
+char **hs_job_prefer(job_desc_msg_t *d) { return &d->prefer; }
 char ***hs_job_spank_env(job_desc_msg_t *d) { return &d->spank_job_env; }
 uint32_t *hs_job_spank_env_size(job_desc_msg_t *d) { return &d->spank_job_env_size; }
 uint32_t *hs_job_nice(job_desc_msg_t *d) { return &d->nice; }
@@ -44,6 +52,9 @@ uint32_t *hs_job_nice(job_desc_msg_t *d) { return &d->nice; }
 uint32_t hs_slurm_version_number(void) { return SLURM_VERSION_NUMBER; }
 uint32_t hs_nice_offset(void) { return NICE_OFFSET; }
 uint32_t hs_no_val(void) { return NO_VAL; }
+uint32_t hs_infinite(void) { return INFINITE; }
+/* Node state flags the snapshot thread skips (function-like macros bindgen cannot evaluate). */
+uint64_t hs_node_state_unusable(void) { return NODE_STATE_DRAIN | NODE_STATE_NO_RESPOND; }
 int hs_eslurm_invalid_gres(void) { return ESLURM_INVALID_GRES; }
 
 /* For tests of the exported entry points: a zeroed job description as slurm_init_job_desc_msg
@@ -57,6 +68,7 @@ job_desc_msg_t *hs_test_job_desc_new(void)
 	if (d) {
 		d->nice = NO_VAL;
 		d->user_id = NO_VAL;
+		d->time_limit = NO_VAL;
 	}
 	return d;
 }

@@ -13,6 +13,9 @@ prefix=${1:-/opt/heshare}
 cd "$(dirname "$0")/.."
 [ -e /usr/include/slurm/slurm.h ] || [ -n "${SLURM_INCLUDE_DIR:-}" ] \
   || { echo "install: Slurm headers not found: install libslurm-dev (or set SLURM_INCLUDE_DIR)" >&2; exit 1; }
+# bindgen reads slurm.h for the snapshot thread's structs.
+ls /usr/lib/llvm-*/lib/libclang*.so* /usr/lib/x86_64-linux-gnu/libclang*.so* >/dev/null 2>&1 \
+  || { echo "install: libclang not found: install libclang-dev (bindgen reads the Slurm headers with it)" >&2; exit 1; }
 cargo build --release --locked
 install -d "$prefix/bin" "$prefix/lib" "$prefix/libexec"
 install -m 0755 target/release/heshare "$prefix/bin/heshare"
@@ -32,6 +35,11 @@ installed $prefix/bin/heshare, $prefix/lib/job_submit_heshare.so and $prefix/lib
 Add to slurm.conf (keep your existing PluginDir first; JobSubmitPlugins may list others too):
   PluginDir=${sys:-/usr/lib/x86_64-linux-gnu/slurm-wlm}:$prefix/lib
   JobSubmitPlugins=heshare
+
+Give every GPU node its GPU type as a feature, so heshare can offer a job several types and move a
+pending one (e.g. NodeName=gpu[01-08] Gres=gpu:a100:4 Features=a100), and in gres.conf let MPS use
+every GPU of a node (Flags=all_sharing on the Name=mps lines). check-config warns when either is
+missing.
 
 Add to plugstack.conf (gives sbatch/srun/salloc --gpu-share, --gpu-class, --energy-policy):
   required $prefix/lib/spank_heshare.so

@@ -5,15 +5,19 @@
 #   scripts/local-slurm.sh start [DIR]   start munge (if not running), slurmctld and three slurmd
 #   scripts/local-slurm.sh stop  [DIR]   stop everything this script started, then remove DIR
 #   scripts/local-slurm.sh env   [DIR]   print the export line clients need (SLURM_CONF)
+#   scripts/local-slurm.sh restart-ctld [DIR]   stop slurmctld (SIGTERM) and start it on its state
 #
 # DIR defaults to $HESHARE_SLURM_DIR or /tmp/heshare-slurm. Needs root (fake GPUs are device
 # nodes, slurmd runs as root) and Debian's slurm-wlm and munge packages. The nodes:
 #   ha100: 2 x a100, gres/mps 200        hv100: 2 x v100m16        ht4: 4 x t4, gres/mps 400
-# Fake GPUs are character devices (slurmd refuses plain files); ports come from
-# $HESHARE_SLURM_PORT (default 17817: slurmctld, +1.. for each slurmd).
+# Each node carries its GPU type as a feature (so heshare may offer a job several types), and
+# gres/mps may use every GPU of a node (Flags=all_sharing). Fake GPUs are character devices
+# (slurmd refuses plain files); ports come from $HESHARE_SLURM_PORT (default 17817: slurmctld, +1..
+# for each slurmd). $HESHARE_SLURMCTLD_PARAMETERS, if set, becomes SlurmctldParameters=.
 # With HESHARE_PLUGIN=path/to/libheshare.so the cluster loads it as job_submit/heshare, with
 # $HESHARE_CONFIG (default: the repository's slurm-conf/heshare.toml) as its configuration, and
-# builds c_shim/spank_heshare.c as the SPANK plugin for the heshare sbatch options.
+# builds c_shim/spank_heshare.c as the SPANK plugin for the heshare sbatch options; with
+# HESHARE_JOB_SUBMIT_LUA=file.lua Slurm's job_submit/lua runs that script before heshare.
 # With HESHARE_NODE_HELPER=path/to/heshare the nodes run it as Prolog, Epilog and TaskProlog,
 # with the MODEL GPU backend (the fake GPUs have no driver) and its state, MPS directories and
 # accounting log ($DIR/log/accounting.jsonl) under DIR; its config is $DIR/etc/heshare-node.toml.
@@ -111,18 +115,25 @@ InactiveLimit=0
 MinJobAge=300
 KillWait=5
 Waittime=0
-NodeName=ha100 NodeHostname=localhost Port=$((port + 1)) CPUs=4 RealMemory=4000 Gres=gpu:a100:2,mps:200 State=UNKNOWN
-NodeName=hv100 NodeHostname=localhost Port=$((port + 2)) CPUs=4 RealMemory=4000 Gres=gpu:v100m16:2 State=UNKNOWN
-NodeName=ht4 NodeHostname=localhost Port=$((port + 3)) CPUs=4 RealMemory=4000 Gres=gpu:t4:4,mps:400 State=UNKNOWN
+NodeName=ha100 NodeHostname=localhost Port=$((port + 1)) CPUs=4 RealMemory=4000 Gres=gpu:a100:2,mps:200 Features=a100 State=UNKNOWN
+NodeName=hv100 NodeHostname=localhost Port=$((port + 2)) CPUs=4 RealMemory=4000 Gres=gpu:v100m16:2 Features=v100m16 State=UNKNOWN
+NodeName=ht4 NodeHostname=localhost Port=$((port + 3)) CPUs=4 RealMemory=4000 Gres=gpu:t4:4,mps:400 Features=t4 State=UNKNOWN
 PartitionName=gpu Nodes=ha100,hv100,ht4 Default=YES MaxTime=INFINITE State=UP
 CONF
+  [ -n "${HESHARE_SLURMCTLD_PARAMETERS:-}" ] && printf 'SlurmctldParameters=%s\n' "$HESHARE_SLURMCTLD_PARAMETERS" >> "$conf"
   if [ -n "${HESHARE_PLUGIN:-}" ]; then
     [ -f "$HESHARE_PLUGIN" ] || die "HESHARE_PLUGIN=$HESHARE_PLUGIN is not a file"
     local sys
     sys=$(dirname "$(find /usr/lib -name select_cons_tres.so -print -quit)")
     install -d "$dir/lib"
     install -m 0755 "$HESHARE_PLUGIN" "$dir/lib/job_submit_heshare.so"
-    printf 'PluginDir=%s:%s\nJobSubmitPlugins=heshare\nPlugStackConfig=%s\n' "$sys" "$dir/lib" "$dir/etc/plugstack.conf" >> "$conf"
+    local plugins=heshare
+    if [ -n "${HESHARE_JOB_SUBMIT_LUA:-}" ]; then
+      # Another job_submit plugin before heshare (Slurm's own Lua one), as many sites run.
+      install -m 0644 "$HESHARE_JOB_SUBMIT_LUA" "$dir/etc/job_submit.lua"
+      plugins=lua,heshare
+    fi
+    printf 'PluginDir=%s:%s\nJobSubmitPlugins=%s\nPlugStackConfig=%s\n' "$sys" "$dir/lib" "$plugins" "$dir/etc/plugstack.conf" >> "$conf"
     # The small SPANK plugin that gives sbatch --gpu-share/--gpu-class/--energy-policy.
     cc -shared -fPIC -O2 -o "$dir/lib/spank_heshare.so" "$(dirname "$0")/../c_shim/spank_heshare.c" \
       || die "cannot build c_shim/spank_heshare.c (needs a C compiler and libslurm-dev)"
@@ -137,7 +148,7 @@ CONF
     grep -q '^\[node\]' "$base" && die "$base has a [node] table; the local cluster writes its own"
     install -d "$dir/lib"
     install -m 0755 "$HESHARE_NODE_HELPER" "$dir/lib/heshare"
-    { cat "$base"; printf '\n[node]\nbackend = "model"\nstate_dir = "%s"\naccounting_log = "%s"\nmps_pipe_dir = "%s"\nmps_log_dir = "%s"\n' \
+    { cat "$base"; printf '\n[node]\nbackend = "model"\nstate_dir = "%s"\naccounting_log = "%s"\nmps_pipe_dir = "%s"\nmps_log_dir = "%s"\nnode_gpu_types = { ha100 = "a100", hv100 = "v100m16", ht4 = "t4" }\n' \
         "$dir/node-state" "$dir/log/accounting.jsonl" "$dir/run/mps" "$dir/log/mps"; } > "$dir/etc/heshare-node.toml"
     run_helper="HESHARE_CONFIG=$dir/etc/heshare-node.toml exec $dir/lib/heshare"
     for hook in epilog task-prolog; do
@@ -157,11 +168,33 @@ PROLOG
   cat > "$dir/etc/gres.conf" <<GRES
 AutoDetect=off
 NodeName=ha100 Name=gpu Type=a100 File=$dir/dev/nvidia[0-1]
-NodeName=ha100 Name=mps Count=200 File=$dir/dev/nvidia[0-1]
+NodeName=ha100 Name=mps Count=200 File=$dir/dev/nvidia[0-1] Flags=all_sharing
 NodeName=hv100 Name=gpu Type=v100m16 File=$dir/dev/nvidia[2-3]
 NodeName=ht4 Name=gpu Type=t4 File=$dir/dev/nvidia[4-7]
-NodeName=ht4 Name=mps Count=400 File=$dir/dev/nvidia[4-7]
+NodeName=ht4 Name=mps Count=400 File=$dir/dev/nvidia[4-7] Flags=all_sharing
 GRES
+}
+
+# The plugin reads these at init: the cluster's GPU types from slurm.conf, its policy from
+# heshare.toml.
+start_ctld() {
+  SLURM_CONF=$conf HESHARE_CONFIG=${HESHARE_CONFIG:-$(cd "$(dirname "$0")/.." && pwd)/slurm-conf/heshare.toml} \
+    slurmctld -f "$conf" "$@"
+}
+
+# Stops slurmctld (SIGTERM, as systemd does) and starts it again on its saved state.
+restart_ctld() {
+  local pid
+  pid=$(cat "$dir/run/slurmctld.pid")
+  kill "$pid"
+  for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  kill -0 "$pid" 2>/dev/null && die "slurmctld $pid did not stop"
+  start_ctld
+  for _ in $(seq 100); do
+    SLURM_CONF=$conf scontrol ping 2>/dev/null | grep -q UP && { echo "local-slurm: slurmctld restarted"; return; }
+    sleep 0.2
+  done
+  die "slurmctld did not come back (log: $dir/log/slurmctld.log)"
 }
 
 start() {
@@ -170,10 +203,7 @@ start() {
   install -d "$dir/run"
   write_config
   start_munge
-  # The plugin reads these at init: the cluster's GPU types from slurm.conf, its policy from
-  # heshare.toml.
-  SLURM_CONF=$conf HESHARE_CONFIG=${HESHARE_CONFIG:-$(cd "$(dirname "$0")/.." && pwd)/slurm-conf/heshare.toml} \
-    slurmctld -f "$conf" -i
+  start_ctld -i
   local n
   for n in ha100 hv100 ht4; do
     slurmd -N "$n" -f "$conf"
@@ -213,6 +243,7 @@ stop() {
 case "$cmd" in
   start) start ;;
   stop) stop ;;
+  restart-ctld) restart_ctld ;;
   env) echo "export SLURM_CONF=$conf" ;;
-  *) die "usage: $0 start|stop|env [DIR]" ;;
+  *) die "usage: $0 start|stop|env|restart-ctld [DIR]" ;;
 esac

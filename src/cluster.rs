@@ -126,7 +126,10 @@ pub fn idle_view(nodes: &[Node]) -> ClusterView {
             })
         })
         .collect();
-    ClusterView { gpus }
+    ClusterView {
+        gpus,
+        queues: vec![],
+    }
 }
 
 #[cfg(test)]

@@ -79,10 +79,18 @@ pub struct PolicyKnobs {
     /// At most this many jobs share one GPU (MPS allows 48 clients per GPU on Volta and later).
     #[serde(default = "default_max_jobs_per_gpu")]
     pub max_jobs_per_gpu: u8,
+    /// Other GPU types whose best score is within this many points (of 100) of the best one's are
+    /// offered to Slurm too, so the job starts on whichever frees first; 0 offers one type.
+    #[serde(default = "default_offer_margin")]
+    pub offer_margin: f64,
 }
 
 fn default_max_jobs_per_gpu() -> u8 {
     8
+}
+
+fn default_offer_margin() -> f64 {
+    10.0
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -148,6 +156,38 @@ struct RawConfig {
     class: BTreeMap<String, JobClassSpec>,
     #[serde(default)]
     node: NodeSettings,
+    #[serde(default)]
+    live: LiveSettings,
+}
+
+/// `[live]`: the plugin's snapshot of the running cluster (and the simulator's model of it).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LiveSettings {
+    /// How often the snapshot thread in slurmctld reads the node and job tables.
+    pub snapshot_period_s: f64,
+    /// A snapshot older than this is not trusted: decisions fall back to one idle GPU per type
+    /// and say so in the job's AdminComment.
+    pub snapshot_max_age_s: f64,
+    /// Re-decide pending jobs heshare placed on each new snapshot, and move those whose offer
+    /// changed.
+    pub reroute_pending: bool,
+    /// At most this many pending jobs are re-decided per snapshot (in Slurm's priority order).
+    pub reroute_max_jobs: u32,
+    /// How often the snapshot thread writes its status line to slurmctld's log.
+    pub status_log_period_s: f64,
+}
+
+impl Default for LiveSettings {
+    fn default() -> Self {
+        LiveSettings {
+            snapshot_period_s: 15.0,
+            snapshot_max_age_s: 120.0,
+            reroute_pending: true,
+            reroute_max_jobs: 100,
+            status_log_period_s: 600.0,
+        }
+    }
 }
 
 /// Which GPU control the node helper uses.
@@ -179,9 +219,11 @@ pub struct NodeSettings {
     pub mps_log_dir: PathBuf,
     /// Slurm has no Prolog timeout by default: the helper gives up on a hung command itself.
     pub command_timeout_s: f64,
-    /// The catalog type of this node's GPUs when a job does not say (no heshare decision) and
-    /// NVML's device name matches no catalog name or alias.
+    /// The catalog type of this node's GPUs when NVML's device name matches no catalog name or
+    /// alias (V100 16/32 GB, GPUs missing from the catalog, the model backend).
     pub gpu_type: Option<String>,
+    /// The same, per Slurm node name, for one configuration shared by nodes of several types.
+    pub node_gpu_types: BTreeMap<String, String>,
 }
 
 impl Default for NodeSettings {
@@ -195,6 +237,7 @@ impl Default for NodeSettings {
             mps_log_dir: PathBuf::from("/var/log/heshare/mps"),
             command_timeout_s: 20.0,
             gpu_type: None,
+            node_gpu_types: BTreeMap::new(),
         }
     }
 }
@@ -209,6 +252,7 @@ pub struct Config {
     /// Index into `gpu_types` of `policy.reference_gpu`.
     pub reference_gpu: usize,
     pub node: NodeSettings,
+    pub live: LiveSettings,
 }
 
 impl Config {
@@ -378,6 +422,12 @@ fn validate(raw: RawConfig, errs: &mut Problems) -> Config {
             "{} is outside 1..=48 (MPS serves at most 48 clients per GPU)",
             p.max_jobs_per_gpu
         ),
+    );
+    check(
+        errs,
+        finite_in(p.offer_margin, 0.0, 100.0),
+        "policy.offer_margin",
+        format!("{} is outside 0..=100 (score points)", p.offer_margin),
     );
     check(
         errs,
@@ -640,12 +690,41 @@ fn validate(raw: RawConfig, errs: &mut Problems) -> Config {
         });
     }
     validate_node(&raw.node, &gpu_types, errs);
+    let l = &raw.live;
+    check(
+        errs,
+        finite_in(l.snapshot_period_s, 1.0, 3600.0),
+        "live.snapshot_period_s",
+        format!("{} is outside 1..=3600 s", l.snapshot_period_s),
+    );
+    check(
+        errs,
+        finite_in(l.snapshot_max_age_s, l.snapshot_period_s, 86_400.0),
+        "live.snapshot_max_age_s",
+        format!(
+            "{} must be at least snapshot_period_s ({}) and at most 86400 s",
+            l.snapshot_max_age_s, l.snapshot_period_s
+        ),
+    );
+    check(
+        errs,
+        finite_in(l.status_log_period_s, 1.0, 86_400.0),
+        "live.status_log_period_s",
+        format!("{} is outside 1..=86400 s", l.status_log_period_s),
+    );
+    check(
+        errs,
+        l.reroute_max_jobs <= 100_000,
+        "live.reroute_max_jobs",
+        format!("{} is over 100000", l.reroute_max_jobs),
+    );
     Config {
         policy: raw.policy,
         gpu_types,
         classes,
         reference_gpu: reference_gpu.unwrap_or(0),
         node: raw.node,
+        live: raw.live,
     }
 }
 
@@ -672,14 +751,24 @@ fn validate_node(n: &NodeSettings, gpu_types: &[GpuType], errs: &mut Problems) {
         "node.command_timeout_s",
         format!("{} is outside 0.1..=600", n.command_timeout_s),
     );
-    if let Some(t) = &n.gpu_type {
-        let known = gpu_types.iter().any(|g| {
+    let known = |t: &str| {
+        gpu_types.iter().any(|g| {
             g.name.eq_ignore_ascii_case(t) || g.aliases.iter().any(|a| a.eq_ignore_ascii_case(t))
-        });
+        })
+    };
+    if let Some(t) = &n.gpu_type {
         check(
             errs,
-            known,
+            known(t),
             "node.gpu_type",
+            format!("\"{t}\" is not a GPU type of the catalog"),
+        );
+    }
+    for (node, t) in &n.node_gpu_types {
+        check(
+            errs,
+            known(t),
+            format!("node.node_gpu_types.{node}"),
             format!("\"{t}\" is not a GPU type of the catalog"),
         );
     }
@@ -785,6 +874,69 @@ pub fn slurm_gpu_types(slurm_conf: &str, cfg: &Config) -> Vec<(usize, u32)> {
         .enumerate()
         .filter(|&(_, n)| n > 0)
         .collect()
+}
+
+/// Per catalog type: whether every `NodeName=` line of a slurm.conf with GPUs of the type gives
+/// the type's name in `Feature(s)=` and names no other GPU type, so heshare may offer the type to
+/// a job through a node-feature OR constraint. A type no node has is `false`.
+pub fn slurm_feature_types(slurm_conf: &str, cfg: &Config) -> Vec<bool> {
+    let mut ok = vec![true; cfg.gpu_types.len()];
+    let mut seen = vec![false; cfg.gpu_types.len()];
+    for line in slurm_conf.lines() {
+        let line = line.split('#').next().unwrap_or("");
+        let mut tokens = line.split_whitespace();
+        let Some(first) = tokens.next() else { continue };
+        if !first.split_once('=').is_some_and(|(k, v)| {
+            k.eq_ignore_ascii_case("nodename") && !v.eq_ignore_ascii_case("default")
+        }) {
+            continue;
+        }
+        let mut types = Vec::new();
+        let mut features: Vec<&str> = Vec::new();
+        for t in std::iter::once(first).chain(tokens) {
+            let Some((k, v)) = t.split_once('=') else {
+                continue;
+            };
+            if k.eq_ignore_ascii_case("gres") {
+                for spec in split_gres_list(v) {
+                    let parts: Vec<&str> = spec.split(':').collect();
+                    if let ["gpu", ty, _] = parts.as_slice() {
+                        if let Some(i) = cfg.gpu_type(ty) {
+                            if !types.contains(&i) {
+                                types.push(i);
+                            }
+                        }
+                    }
+                }
+            } else if k.eq_ignore_ascii_case("feature") || k.eq_ignore_ascii_case("features") {
+                features.extend(v.split(',').map(str::trim));
+            }
+        }
+        for &t in &types {
+            seen[t] = true;
+            if types.len() > 1 || !features.contains(&cfg.gpu_types[t].name.as_str()) {
+                ok[t] = false;
+            }
+        }
+    }
+    ok.iter().zip(&seen).map(|(&o, &s)| o && s).collect()
+}
+
+/// Whether a gres.conf lets MPS use every GPU of a node (`Flags=all_sharing` on an `mps`
+/// line). Without it (`one_sharing`, the default) Slurm keeps all MPS jobs of a node on one GPU
+/// and a share stays pending beside idle GPUs. `None` when the file configures no MPS.
+pub fn gres_conf_all_sharing(gres_conf: &str) -> Option<bool> {
+    let mut mps = false;
+    let mut all = false;
+    for line in gres_conf.lines() {
+        let line = line.split('#').next().unwrap_or("");
+        let lower = line.to_ascii_lowercase();
+        if lower.split_whitespace().any(|t| t == "name=mps") {
+            mps = true;
+            all |= lower.contains("all_sharing");
+        }
+    }
+    mps.then_some(all)
 }
 
 /// Splits `gpu:a100:2(S:0-1),mps:200` on the commas that are outside parentheses.

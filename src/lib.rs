@@ -8,6 +8,7 @@
 pub mod cli;
 pub mod cluster;
 pub mod config;
+pub mod logging;
 pub mod model;
 pub mod node;
 pub mod policy;

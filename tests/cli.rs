@@ -160,6 +160,39 @@ fn the_shipped_config_and_example_slurm_conf_check_clean() {
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(stdout(&o).contains("7 GPU types"), "{}", stdout(&o));
+    assert!(
+        stdout(&o).contains("every GPU node carries its GPU type as a feature"),
+        "{}",
+        stdout(&o)
+    );
+    assert!(!stderr(&o).contains("warning"), "{}", stderr(&o));
+}
+
+#[test]
+fn check_config_warns_of_nodes_without_type_features_and_of_one_sharing_mps() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sc = dir.path().join("slurm.conf");
+    std::fs::write(
+        &sc,
+        "GresTypes=gpu,mps\nNodeName=a[1-2] Gres=gpu:a100:4,mps:400 Features=a100\nNodeName=t1 Gres=gpu:t4:2 Features=ib\n",
+    )
+    .expect("write");
+    std::fs::write(
+        dir.path().join("gres.conf"),
+        "NodeName=a[1-2] Name=gpu Type=a100 File=/dev/nvidia[0-3]\nNodeName=a[1-2] Name=mps Count=400 File=/dev/nvidia[0-3]\n",
+    )
+    .expect("write");
+    let o = heshare(&["check-config", "--slurm-conf", sc.to_str().expect("utf-8")]);
+    assert!(o.status.success(), "warnings only: {}", stderr(&o));
+    let err = stderr(&o);
+    assert!(
+        err.contains("warning: nodes with t4 GPUs do not all carry the type as a feature"),
+        "{err}"
+    );
+    assert!(
+        err.contains("gres.conf: warning: gres/mps without Flags=all_sharing"),
+        "{err}"
+    );
 }
 
 #[test]

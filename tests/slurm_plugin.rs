@@ -35,12 +35,16 @@ fn the_plugin_places_shares_and_whole_gpus_and_rejects_bad_input() {
         &[
             ("HESHARE_PLUGIN", plugin.to_str().expect("utf-8")),
             ("HESHARE_CONFIG", cfg_path.to_str().expect("utf-8")),
+            (
+                "HESHARE_JOB_SUBMIT_LUA",
+                concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/job_submit.lua"),
+            ),
         ],
     );
     let ctld = c.slurmctld_pid();
     assert!(
         c.read("log/slurmctld.log").contains(
-            "heshare: loaded 12 job classes; GPU types in this cluster: a100, t4, v100m16"
+            "heshare: loaded 12 job classes; GPU types in this cluster: a100 (feature), t4 (feature), v100m16 (feature)"
         )
     );
 
@@ -55,16 +59,31 @@ fn the_plugin_places_shares_and_whole_gpus_and_rejects_bad_input() {
         "--wrap",
         "echo gpus=$CUDA_VISIBLE_DEVICES",
     ]);
+    // What an earlier job_submit plugin wrote in AdminComment stays; heshare's part follows.
+    let noted = c.sbatch(&[
+        "--gres=gpu:1",
+        "--gpu-class=bert-train",
+        "--comment=site-note",
+        "--wrap",
+        "true",
+    ]);
     // A CPU job passes untouched.
     let cpu = c.sbatch(&["-o", "cpu-%j.out", "--wrap", "echo cpu"]);
 
+    // Nodes carry their GPU type as a feature: an untyped share, constrained to the type chosen.
     let s = c.wait_done(&infer);
-    assert_eq!(field(&s, "TresPerNode="), "gres:mps:t4:35", "{s}");
-    assert!(
-        s.contains("AdminComment=heshare: type=t4 share=35 clock=300 reason=35% MPS share of a t4"),
+    assert_eq!(
+        (field(&s, "TresPerNode="), field(&s, "Features=")),
+        ("gres:mps:35", "t4"),
         "{s}"
     );
-    assert_eq!(field(&s, "Nice="), "-5", "{s}");
+    assert!(
+        s.contains("AdminComment=heshare: type=t4 share=35 clock=300 class=vit-infer policy=balanced snapshot="),
+        "{s}"
+    );
+    assert!(s.contains(" reason=35% MPS share of a t4"), "{s}");
+    // Alone on its GPU a share draws what the whole GPU would: no priority change.
+    assert_eq!(field(&s, "Nice="), "0", "{s}");
     assert_eq!(field(&s, "NodeList="), "ht4");
     let out = c.read(&format!("infer-{infer}.out"));
     assert!(out.starts_with("mps=35\n"), "{out}");
@@ -78,6 +97,7 @@ fn the_plugin_places_shares_and_whole_gpus_and_rejects_bad_input() {
     for want in [
         "SPANK_HESHARE_CLASS=vit-infer",
         "SPANK_HESHARE_GPU_TYPE=t4",
+        "SPANK_HESHARE_GPU_TYPES=t4",
         "SPANK_HESHARE_SHARE=35",
         "SPANK_HESHARE_SM_CLOCK_MHZ=300",
         "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=35",
@@ -89,18 +109,27 @@ fn the_plugin_places_shares_and_whole_gpus_and_rejects_bad_input() {
     }
 
     let s = c.wait_done(&train);
-    assert_eq!(field(&s, "TresPerNode="), "gres:gpu:a100:1", "{s}");
-    assert!(
-        s.contains("AdminComment=heshare: type=a100 share=exclusive clock=900"),
+    assert_eq!(
+        (field(&s, "TresPerNode="), field(&s, "Features=")),
+        ("gres:gpu:1", "a100"),
         "{s}"
     );
-    assert_eq!(field(&s, "Nice="), "-20", "{s}");
+    assert!(
+        s.contains("AdminComment=heshare: type=a100 share=exclusive clock=900 class=bert-train"),
+        "{s}"
+    );
+    // A class alone is no queue jump.
+    assert_eq!(field(&s, "Nice="), "0", "{s}");
     assert_eq!(field(&s, "NodeList="), "ha100");
 
     // --gpus (per job) gets whole GPUs of the chosen type.
     let per_job = c.sbatch(&["--gpus=1", "--gpu-class=bert-train", "--wrap", "true"]);
     let s = c.wait_done(&per_job);
-    assert_eq!(field(&s, "TresPerJob="), "gres:gpu:a100:1", "{s}");
+    assert_eq!(
+        (field(&s, "TresPerJob="), field(&s, "Features=")),
+        ("gres:gpu:1", "a100"),
+        "{s}"
+    );
     // srun: the job step asks again for the GPU the user gave, so heshare picks the type only.
     let (ok, out, err) = c.run(
         "srun",
@@ -114,6 +143,11 @@ fn the_plugin_places_shares_and_whole_gpus_and_rejects_bad_input() {
     );
     assert!(ok && out.trim() == "0", "srun failed: {out}{err}");
 
+    let s = c.wait_done(&noted);
+    assert!(
+        s.contains("AdminComment=site: reviewed by the lua plugin | heshare: type=a100 "),
+        "{s}"
+    );
     let s = c.wait_done(&cpu);
     assert!(
         !s.contains("AdminComment=") && field(&s, "TresPerNode=").is_empty(),
@@ -171,6 +205,37 @@ fn the_plugin_places_shares_and_whole_gpus_and_rejects_bad_input() {
         ],
     );
     assert!(!ok && !err.contains("heshare"), "{err}");
+    // Regression: two GPU entries were rewritten to one GPU of one type, the other dropped. Now
+    // the request stays as asked (no node here has both types, so Slurm refuses it itself) and
+    // slurmctld's log says why heshare left it.
+    let (ok, _, err) = c.run(
+        "sbatch",
+        &[
+            "--gres=gpu:a100:1,gpu:t4:1",
+            "--gpu-class=vit-infer",
+            "--wrap",
+            "true",
+        ],
+    );
+    assert!(!ok && !err.contains("heshare"), "{err}");
+    assert!(
+        c.read("log/slurmctld.log").contains(
+            "names 2 GPU entries; heshare rewrites one GPU request only, request left as asked"
+        ),
+        "no note of the left request in slurmctld's log"
+    );
+
+    // Asking for performance spends more energy than the default: the job moves back.
+    let fast = c.sbatch(&[
+        "--gres=gpu:1",
+        "--gpu-class=bert-train",
+        "--energy-policy=performance",
+        "--wrap",
+        "true",
+    ]);
+    let s = c.wait_done(&fast);
+    let nice_full: i32 = field(&s, "Nice=").parse().expect("a number");
+    assert!(nice_full > 10, "{s}");
 
     // An edit to heshare.toml takes effect at the next submission (here: a smaller nice range),
     // and a broken edit is logged while the previous configuration stays in force.
@@ -180,12 +245,19 @@ fn the_plugin_places_shares_and_whole_gpus_and_rejects_bad_input() {
         shipped().replacen("nice_range = 100", "nice_range = 10", 1),
     )
     .expect("write");
-    let again = c.sbatch(&["--gres=gpu:1", "--gpu-class=bert-train", "--wrap", "true"]);
+    let perf = [
+        "--gres=gpu:1",
+        "--gpu-class=bert-train",
+        "--energy-policy=performance",
+        "--wrap",
+        "true",
+    ];
+    let again = c.sbatch(&perf);
     let s = c.wait_done(&again);
-    assert_eq!(
-        (field(&s, "TresPerNode="), field(&s, "Nice=")),
-        ("gres:gpu:a100:1", "-2"),
-        "{s}"
+    let nice_small: i32 = field(&s, "Nice=").parse().expect("a number");
+    assert!(
+        (1..=10).contains(&nice_small) && nice_small < nice_full,
+        "nice {nice_small} after the edit, {nice_full} before: {s}"
     );
     std::thread::sleep(std::time::Duration::from_millis(1100));
     std::fs::write(
@@ -193,11 +265,11 @@ fn the_plugin_places_shares_and_whole_gpus_and_rejects_bad_input() {
         shipped().replacen("nice_range = 100", "nice_range = -3", 1),
     )
     .expect("write");
-    let kept = c.sbatch(&["--gres=gpu:1", "--gpu-class=bert-train", "--wrap", "true"]);
+    let kept = c.sbatch(&perf);
     let s = c.wait_done(&kept);
     assert_eq!(
         field(&s, "Nice="),
-        "-2",
+        nice_small.to_string(),
         "the last good configuration stays: {s}"
     );
     assert!(
@@ -246,7 +318,7 @@ fn a_broken_config_stops_slurmctld_at_init_naming_file_line_and_field() {
     };
     assert!(
         out.contains(&format!(
-            "heshare: {}:126: gpu.a100.default_sm_clock_mhz: 1420 MHz is not a supported clock",
+            "heshare: {}:130: gpu.a100.default_sm_clock_mhz: 1420 MHz is not a supported clock",
             bad.display()
         )),
         "{out}"

@@ -136,12 +136,9 @@ pub fn run(out: &mut impl Write, cfg: &Config, args: &BenchArgs) -> Result<()> {
                 ShareRequest::Exclusive
             };
             JobRequest {
-                class: class.name.clone(),
-                gpus: 1,
                 share,
                 user: format!("user{}", rng.below(50)),
-                gpu_types: vec![],
-                energy_policy: None,
+                ..JobRequest::new(&class.name)
             }
         })
         .collect();

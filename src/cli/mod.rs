@@ -174,6 +174,7 @@ pub fn main() -> ExitCode {
         args.insert(1, h.into());
     }
     let cli = Cli::parse_from(args);
+    crate::logging::install_stderr();
     let mut out = std::io::stdout().lock();
     let result = match cli.command {
         Command::CheckConfig { config, slurm_conf } => {
@@ -280,6 +281,36 @@ fn check_config(out: &mut impl Write, arg: &ConfigArg, slurm_conf: Option<&Path>
             "{}: ok: every Gres=gpu type is in the catalog",
             sc.display()
         )?;
+        // Warnings, not errors: heshare still works, but offers fewer choices to Slurm.
+        let features = crate::config::slurm_feature_types(&text, &cfg);
+        let present = crate::config::slurm_gpu_types(&text, &cfg);
+        let lacking: Vec<&str> = present
+            .iter()
+            .filter(|&&(t, _)| !features[t])
+            .map(|&(t, _)| cfg.gpu_types[t].name.as_str())
+            .collect();
+        if lacking.is_empty() {
+            writeln!(
+                out,
+                "{}: ok: every GPU node carries its GPU type as a feature",
+                sc.display()
+            )?;
+        } else {
+            eprintln!(
+                "{}: warning: nodes with {} GPUs do not all carry the type as a feature (Features=TYPE) or mix GPU types; heshare offers jobs those types one at a time instead of letting Slurm start them on whichever acceptable type frees first",
+                sc.display(),
+                lacking.join(", ")
+            );
+        }
+        let gres_conf = sc.with_file_name("gres.conf");
+        if let Ok(g) = std::fs::read_to_string(&gres_conf) {
+            if crate::config::gres_conf_all_sharing(&g) == Some(false) {
+                eprintln!(
+                    "{}: warning: gres/mps without Flags=all_sharing (one_sharing, Slurm's default): once one MPS job runs on a node every later MPS job must use that same GPU, so shares wait beside idle GPUs; add Flags=all_sharing to the Name=mps lines",
+                    gres_conf.display()
+                );
+            }
+        }
     }
     Ok(())
 }
@@ -311,6 +342,8 @@ fn plan(out: &mut impl Write, args: &PlanArgs) -> Result<()> {
             user: args.user.clone(),
             gpu_types: args.gpu_types.clone(),
             energy_policy: args.energy_policy.map(Into::into),
+            time_limit_s: None,
+            reference_share: None,
         },
     };
     let view = ClusterView::idle_types(&cfg);

@@ -428,11 +428,14 @@ impl<'a> NodeHelper<'a> {
             .name(gpu)
             .ok()
             .and_then(|n| self.match_device_name(&n));
+        // What the node knows of its own hardware comes first: a job offered several types does
+        // not say which one it landed on.
         let candidates = [
             known,
-            job.gpu_type.clone(),
-            self.cfg.node.gpu_type.clone(),
             by_name,
+            self.cfg.node.node_gpu_types.get(&self.node).cloned(),
+            self.cfg.node.gpu_type.clone(),
+            job.gpu_type.clone(),
         ];
         for name in candidates.into_iter().flatten() {
             if let Some(t) = self.cfg.resolve_gpu_type(&name) {
@@ -442,7 +445,7 @@ impl<'a> NodeHelper<'a> {
         Err(HelperError::GpuType {
             gpu,
             message: format!(
-                "unknown GPU type: the job names none (no heshare decision), [node] gpu_type is unset and the device name matches no catalog type ({})",
+                "unknown GPU type: the device name matches no catalog type ({}), [node] node_gpu_types and gpu_type say nothing of this node and the job names no single type",
                 self.cfg.gpu_type_names()
             ),
         })

@@ -1,13 +1,18 @@
 //! The heshare policy: placement of one job on the cluster, the sharing optimizer for the jobs on
-//! one GPU, and the bounded priority adjustment. Pure and deterministic: no I/O, no clock, no
-//! globals, so the Slurm plugin, the node helper and the simulator call the same functions.
+//! one GPU, and the priority adjustment. Pure and deterministic: no I/O, no clock, no globals, so
+//! the Slurm plugin, the node helper and the simulator call the same functions.
 
+pub mod groups;
 pub mod placement;
 pub mod priority;
+pub mod queue;
+pub mod score;
 pub mod share;
 
+pub use groups::GpuGroups;
 pub use placement::{
     Candidate, ClusterView, Decision, EnergyPolicy, GpuSlot, JobRequest, PlaceContext, PlacedJob,
     PlacementError, Plan, ShareRequest, place, place_slots, place_with,
 };
+pub use queue::TypeQueue;
 pub use share::{ShareError, ShareJob, ShareParams, SharePlan, ShareSpec, optimize};

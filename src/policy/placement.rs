@@ -1,19 +1,22 @@
-//! Placement: given one job request and a view of the cluster, filter the GPUs it cannot use,
-//! score the rest by predicted energy and completion time, and decide.
+//! Placement: given one job request and a view of the cluster, decide the GPU type (or the
+//! ranked set of acceptable types), whole GPUs or an MPS share, and the clock.
 //!
-//! Built like the Kubernetes scheduling framework: filters say no with a reason, the two score
-//! terms (energy, time) are normalised to 0..=100 over the feasible candidates and mixed with the
-//! configured weight, and ties break deterministically (less energy, then less time, then type
-//! name, node and GPU index). GPUs whose type and occupants are identical give identical
-//! predictions, so each such group is evaluated once: an idle 6,000-GPU cluster costs one
-//! evaluation per GPU type.
+//! Built like the Kubernetes scheduling framework, in stages a reader can follow:
+//! 1. **filter** each GPU of the view, saying why one cannot take the job;
+//! 2. **evaluate** the GPUs that can, grouped (GPUs of one type with the same occupants give the
+//!    same prediction, so an idle 6,000-GPU cluster costs one evaluation per type), and, when
+//!    the view carries queues, a type that is full now at the wait it implies (`queue`);
+//! 3. **score** every candidate by each term (`score`: energy, completion time), normalised to
+//!    0..=100, mixed by the configured weight, ranked with a deterministic tie-break;
+//! 4. **decide**: the best candidate, the other types close enough to offer Slurm too, and the
+//!    priority adjustment (`priority`).
 
 use super::priority::nice_adjustment;
+use super::queue::TypeQueue;
+use super::score::{self, energy_cost, time_cost};
 use super::share::{ShareError, ShareJob, ShareParams, SharePlan, ShareSpec, optimize};
 use crate::config::Config;
-use crate::model::{
-    JobClass, JobKind, ModelParams, Tenant, alone_runtime, full_speed_share, predict,
-};
+use crate::model::{JobClass, JobKind, ModelParams, full_speed_share};
 use crate::units::{Joules, Seconds, SharePct};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -60,10 +63,48 @@ pub struct JobRequest {
     pub gpu_types: Vec<String>,
     #[serde(default)]
     pub energy_policy: Option<EnergyPolicy>,
+    /// The job's time limit, taken as its runtime alone on the reference GPU: scales the class's
+    /// nominal runtime so that waiting for a type can be weighed against running elsewhere.
+    #[serde(default)]
+    pub time_limit_s: Option<f64>,
+    /// The share its user's GRES asked for, without heshare's options: the priority
+    /// adjustment's yardstick. `None` is "auto" for one GPU, whole GPUs otherwise.
+    #[serde(default)]
+    pub reference_share: Option<ShareRequest>,
 }
 
 fn one() -> u32 {
     1
+}
+
+impl JobRequest {
+    /// A request for one GPU of `class` with every option at its default.
+    pub fn new(class: &str) -> JobRequest {
+        JobRequest {
+            class: class.to_owned(),
+            gpus: 1,
+            share: ShareRequest::Auto,
+            user: String::new(),
+            gpu_types: vec![],
+            energy_policy: None,
+            time_limit_s: None,
+            reference_share: None,
+        }
+    }
+
+    /// The same job with no heshare option: what the priority adjustment compares with.
+    fn reference(&self) -> JobRequest {
+        let share = self.reference_share.unwrap_or(if self.gpus == 1 {
+            ShareRequest::Auto
+        } else {
+            ShareRequest::Exclusive
+        });
+        JobRequest {
+            share,
+            energy_policy: None,
+            ..self.clone()
+        }
+    }
 }
 
 /// A job already running on a GPU of the view.
@@ -92,6 +133,9 @@ pub struct GpuSlot {
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct ClusterView {
     pub gpus: Vec<GpuSlot>,
+    /// Per catalog GPU type (index), what waiting for it costs; empty when unknown (a view
+    /// without queues never weighs a wait, every type is taken as free).
+    pub queues: Vec<TypeQueue>,
 }
 
 impl ClusterView {
@@ -107,6 +151,7 @@ impl ClusterView {
                     jobs: vec![],
                 })
                 .collect(),
+            queues: vec![],
         }
     }
 }
@@ -134,6 +179,8 @@ pub struct Candidate {
     pub co_located_energy_penalty_j: f64,
     /// Progress (in seconds) the jobs already on the GPU lose while this job runs; in the score.
     pub co_located_time_penalty_s: f64,
+    /// Expected wait for a GPU of this type (0 when one can take the job now).
+    pub wait_s: f64,
     pub score: f64,
 }
 
@@ -159,6 +206,14 @@ pub struct Decision {
     /// The slowdown bound the decision kept; the node helper keeps it when it re-optimises the
     /// GPU's clock as jobs come and go.
     pub slowdown_bound: f64,
+    /// Every GPU type offered to Slurm, best first (`gpu_type` is the first): Slurm starts the
+    /// job on whichever has room first. One type when no other scores close to the best.
+    pub offered: Vec<String>,
+    /// The share to ask Slurm for when the job may land on any offered type: the largest any of
+    /// them needs (`share_pct` is the best candidate's, on its GPU).
+    pub offered_share_pct: u8,
+    /// Expected wait for the best type (0 when it has room now).
+    pub wait_s: f64,
     pub reason: String,
 }
 
@@ -272,145 +327,281 @@ pub fn place_with(
     ctx: &mut PlaceContext,
 ) -> Result<Plan, PlacementError> {
     let slots: Vec<&GpuSlot> = view.gpus.iter().collect();
-    place_slots(cfg, &slots, req, ctx)
+    place_slots(cfg, &slots, &view.queues, req, ctx)
 }
 
-/// `place_with` on a list of GPUs. A caller that keeps its GPUs grouped by type and occupants
-/// may pass the first GPU (in view order) of each group for a one-GPU job, and only the idle
-/// GPUs for a multi-GPU job: the decision is the one the whole view gives, since every GPU of a
-/// group gets the same prediction and the first of a group is the one chosen.
+/// `place_with` on a list of GPUs and the view's queues. A caller that keeps its GPUs grouped by
+/// type and occupants (`groups::GpuGroups`) may pass the first GPU (in view order) of each group
+/// for a one-GPU job, and only the idle GPUs for a multi-GPU job: the decision is the one the
+/// whole view gives, since every GPU of a group gets the same prediction and the first of a group
+/// is the one chosen.
 pub fn place_slots(
     cfg: &Config,
     view: &[&GpuSlot],
+    queues: &[TypeQueue],
     req: &JobRequest,
     ctx: &mut PlaceContext,
 ) -> Result<Plan, PlacementError> {
-    let class_idx = cfg
-        .classes
-        .iter()
-        .position(|c| c.name == req.class)
-        .ok_or_else(|| PlacementError::UnknownClass {
-            name: req.class.clone(),
-            known: cfg.class_names(),
-        })?;
-    let class = &cfg.classes[class_idx];
-    if !(1..=64).contains(&req.gpus) {
-        return Err(PlacementError::BadGpuCount(req.gpus));
-    }
-    if req.gpus > 1 && matches!(req.share, ShareRequest::Pct(_)) {
-        return Err(PlacementError::ShareWithManyGpus(req.gpus));
-    }
-    let allowed = allowed_types(cfg, &req.gpu_types)?;
-    let weight = match req.energy_policy {
-        Some(EnergyPolicy::Performance) => 0.0,
-        Some(EnergyPolicy::Energy) => 1.0,
-        Some(EnergyPolicy::Balanced) | None => cfg.policy.energy_weight,
-    };
-    let bound = class.slowdown_bound.unwrap_or(cfg.policy.slowdown_bound);
-    // Asking for performance means no slowdown at all: no clock below what the job needs to run
-    // as fast as alone at the default clock, and no co-location that slows it.
-    let bound = if req.energy_policy == Some(EnergyPolicy::Performance) {
-        1.0
+    let job = Job::new(cfg, req)?;
+    let mut plan = plan_for(cfg, &job, view, queues, ctx)?;
+    // The priority adjustment compares with the same job without heshare options, on the same
+    // view; a job that set none is its own yardstick (adjustment 0, no second placement).
+    let reference = req.reference();
+    let reference_energy = if reference == *req {
+        plan.decision.predicted_energy_j
     } else {
-        bound
+        let quiet = std::mem::replace(&mut ctx.quiet, true);
+        let r = Job::new(cfg, &reference).and_then(|j| plan_for(cfg, &j, view, queues, ctx));
+        ctx.quiet = quiet;
+        r.map_or(plan.decision.predicted_energy_j, |p| {
+            p.decision.predicted_energy_j
+        })
     };
-    let params = ShareParams {
-        model: ModelParams {
-            contention_kappa: cfg.policy.contention_kappa,
-        },
-        share_step_pct: cfg.policy.mps_share_step_pct,
-    };
-    let reference = &cfg.gpu_types[cfg.reference_gpu];
-    let mut users = UserIds::default();
-    let new_user = users.id(&req.user);
+    plan.decision.nice = nice_adjustment(cfg, plan.decision.predicted_energy_j, reference_energy);
+    Ok(plan)
+}
 
-    let mut rejections: BTreeMap<String, String> = BTreeMap::new();
-    let mut raw: Vec<Candidate> = Vec::new();
-    let type_level = view.iter().all(|g| g.node.is_empty());
+/// A validated request with what every stage needs of it.
+struct Job<'a> {
+    req: &'a JobRequest,
+    class: &'a JobClass,
+    allowed: Vec<bool>,
+    weight: f64,
+    bound: f64,
+    params: ShareParams,
+    /// The job's runtime relative to the class's nominal one (its time limit, when given).
+    scale: f64,
+}
 
-    // Filter each GPU first (cheap, and on a busy cluster most GPUs fail here), then group the
-    // rest: GPUs of one type with the same occupants give the same prediction.
-    let mut groups: BTreeMap<(usize, Vec<&PlacedJob>), Vec<usize>> = BTreeMap::new();
+impl<'a> Job<'a> {
+    fn new(cfg: &'a Config, req: &'a JobRequest) -> Result<Job<'a>, PlacementError> {
+        let class = cfg
+            .classes
+            .iter()
+            .find(|c| c.name == req.class)
+            .ok_or_else(|| PlacementError::UnknownClass {
+                name: req.class.clone(),
+                known: cfg.class_names(),
+            })?;
+        if !(1..=64).contains(&req.gpus) {
+            return Err(PlacementError::BadGpuCount(req.gpus));
+        }
+        if req.gpus > 1 && matches!(req.share, ShareRequest::Pct(_)) {
+            return Err(PlacementError::ShareWithManyGpus(req.gpus));
+        }
+        let allowed = allowed_types(cfg, &req.gpu_types)?;
+        let weight = match req.energy_policy {
+            Some(EnergyPolicy::Performance) => 0.0,
+            Some(EnergyPolicy::Energy) => 1.0,
+            Some(EnergyPolicy::Balanced) | None => cfg.policy.energy_weight,
+        };
+        // Asking for performance means no slowdown at all: no clock below what the job needs to
+        // run as fast as alone at the default clock, and no co-location that slows it.
+        let bound = if req.energy_policy == Some(EnergyPolicy::Performance) {
+            1.0
+        } else {
+            class.slowdown_bound.unwrap_or(cfg.policy.slowdown_bound)
+        };
+        let scale = req
+            .time_limit_s
+            .filter(|t| t.is_finite() && *t > 0.0)
+            .map_or(1.0, |t| t / class.reference_runtime_s);
+        Ok(Job {
+            req,
+            class,
+            allowed,
+            weight,
+            bound,
+            params: ShareParams {
+                model: ModelParams {
+                    contention_kappa: cfg.policy.contention_kappa,
+                },
+                share_step_pct: cfg.policy.mps_share_step_pct,
+            },
+            scale,
+        })
+    }
+}
+
+/// The first reason each GPU type was turned down for, by type name.
+#[derive(Default)]
+struct Rejections(BTreeMap<String, String>);
+
+impl Rejections {
+    /// Keeps only the first reason per type: the text is built only then.
+    fn add(&mut self, gpu_type: &str, why: impl FnOnce() -> String) {
+        if !self.0.contains_key(gpu_type) {
+            self.0.insert(gpu_type.to_owned(), why());
+        }
+    }
+
+    fn into_error(self) -> PlacementError {
+        PlacementError::NoFeasible(if self.0.is_empty() {
+            "the cluster view has no GPU".to_owned()
+        } else {
+            self.0
+                .iter()
+                .map(|(t, w)| format!("{t}: {w}"))
+                .collect::<Vec<_>>()
+                .join("; ")
+        })
+    }
+}
+
+/// GPUs that passed the filter, grouped by type and occupants (sorted), each group's GPUs in
+/// view order.
+type Groups<'v> = BTreeMap<(usize, Vec<&'v PlacedJob>), Vec<usize>>;
+
+/// Stage 1: every GPU through `slot_filter`; the ones that pass, grouped.
+fn filter_stage<'v>(
+    cfg: &Config,
+    job: &Job<'_>,
+    view: &[&'v GpuSlot],
+    rejections: &mut Rejections,
+) -> Groups<'v> {
+    let mut groups: Groups<'v> = BTreeMap::new();
     // Idle GPUs, the bulk of a quiet cluster, go to one list per type without a map lookup.
     let mut idle: Vec<Vec<usize>> = vec![Vec::new(); cfg.gpu_types.len()];
-    let mut rejected = vec![false; cfg.gpu_types.len()];
     for (i, slot) in view.iter().enumerate() {
-        match slot_filter(cfg, class, req, &allowed, slot) {
+        match slot_filter(cfg, job.class, job.req, &job.allowed, slot) {
             Ok(()) if slot.jobs.is_empty() => idle[slot.gpu_type].push(i),
             Ok(()) => groups
                 .entry((slot.gpu_type, sorted_jobs(&slot.jobs)))
                 .or_default()
                 .push(i),
-            Err(Some(why)) => {
-                // Only the first reason per type is kept: format it only then.
-                if !rejected[slot.gpu_type] {
-                    rejected[slot.gpu_type] = true;
-                    rejections
-                        .entry(cfg.gpu_types[slot.gpu_type].name.clone())
-                        .or_insert_with(|| why.describe(cfg, class));
-                }
-            }
+            Err(Some(why)) => rejections.add(&cfg.gpu_types[slot.gpu_type].name, || {
+                why.describe(cfg, job.class)
+            }),
             Err(None) => {}
         }
     }
-
     for (t, slots) in idle.into_iter().enumerate().filter(|(_, s)| !s.is_empty()) {
         groups.insert((t, Vec::new()), slots);
     }
+    groups
+}
 
+/// Stages 1-4 for one validated request, without the priority adjustment.
+fn plan_for(
+    cfg: &Config,
+    job: &Job<'_>,
+    view: &[&GpuSlot],
+    queues: &[TypeQueue],
+    ctx: &mut PlaceContext,
+) -> Result<Plan, PlacementError> {
+    let mut rejections = Rejections::default();
+    let groups = filter_stage(cfg, job, view, &mut rejections);
+    let type_level = view.iter().all(|g| g.node.is_empty());
+
+    // Stage 2: evaluate each group, then each full type at the wait it implies.
+    let mut raw: Vec<Candidate> = Vec::new();
+    let mut usable = vec![false; cfg.gpu_types.len()];
     for ((type_idx, jobs), slots) in &groups {
-        let gpu = &cfg.gpu_types[*type_idx];
-        // Only the first reason per type is kept: build the text only then.
-        let reject = |rej: &mut BTreeMap<String, String>, why: &dyn Fn() -> String| {
-            if !rej.contains_key(&gpu.name) {
-                rej.insert(gpu.name.clone(), why());
-            }
-        };
-        let occupied = !jobs.is_empty();
-        if req.gpus > 1 {
-            let Some((node, indices)) = whole_gpus_on_one_node(view, slots, req.gpus, type_level)
-            else {
-                reject(&mut rejections, &|| {
-                    format!("no node has {} idle GPUs of this type", req.gpus)
-                });
-                continue;
-            };
-            let tenants = [ShareJob {
-                class,
-                share: ShareSpec::Fixed(SharePct::FULL),
-                user: new_user,
-                bound,
-            }];
-            match ctx.optimize(cfg, *type_idx, &tenants, params).as_ref() {
-                Ok(plan) => raw.push(candidate(
-                    gpu.name.clone(),
-                    node,
-                    indices,
-                    req.gpus,
-                    true,
-                    plan,
-                    0,
-                    0.0,
-                    0.0,
-                )),
-                Err(e) => reject(&mut rejections, &|| e.to_string()),
-            }
-            continue;
-        }
-        let slot = view[slots[0]];
-        let (node, indices) = if type_level {
-            (None, vec![])
-        } else {
-            (Some(slot.node.clone()), vec![slot.index])
-        };
-
-        let mut options: Vec<(ShareSpec, bool)> = Vec::new();
-        match req.share {
-            ShareRequest::Exclusive => {
-                if !occupied {
-                    options.push((ShareSpec::Fixed(SharePct::FULL), true));
+        let place = if job.req.gpus > 1 {
+            match whole_gpus_on_one_node(view, slots, job.req.gpus, type_level) {
+                Some(p) => p,
+                None => {
+                    rejections.add(&cfg.gpu_types[*type_idx].name, || {
+                        format!("no node has {} idle GPUs of this type", job.req.gpus)
+                    });
+                    continue;
                 }
             }
+        } else {
+            let slot = view[slots[0]];
+            if type_level {
+                (None, vec![])
+            } else {
+                (Some(slot.node.clone()), vec![slot.index])
+            }
+        };
+        let before = raw.len();
+        evaluate(
+            cfg,
+            job,
+            *type_idx,
+            jobs,
+            place,
+            0.0,
+            ctx,
+            &mut rejections,
+            &mut raw,
+        );
+        usable[*type_idx] |= raw.len() > before;
+    }
+    for (t, q) in queues.iter().enumerate().take(cfg.gpu_types.len()) {
+        if usable[t] || q.total_gpus == 0 || !job.allowed[t] {
+            continue;
+        }
+        let gpu = &cfg.gpu_types[t];
+        if job.class.memory_gib > gpu.memory_gib {
+            continue;
+        }
+        match q.wait_s(job.req.gpus) {
+            Some(wait) => evaluate(
+                cfg,
+                job,
+                t,
+                &[],
+                (None, vec![]),
+                wait,
+                ctx,
+                &mut rejections,
+                &mut raw,
+            ),
+            None => rejections.add(&gpu.name, || {
+                format!(
+                    "full, and no GPU of this type is expected to free for {} GPUs",
+                    job.req.gpus
+                )
+            }),
+        }
+    }
+    if raw.is_empty() {
+        return Err(rejections.into_error());
+    }
+
+    // Stage 3: score and rank.
+    score::score(&mut raw, &score::terms(job.weight));
+    score::rank(&mut raw);
+
+    // Stage 4: decide.
+    let decision = decide(cfg, &raw, job, ctx.quiet);
+    Ok(Plan {
+        decision,
+        candidates: raw,
+    })
+}
+
+/// Stage 2 for one group of identical GPUs (or a full type, `jobs` empty and `wait_s` its
+/// expected wait): every way the job may use such a GPU, planned by the sharing optimizer.
+#[allow(clippy::too_many_arguments)]
+fn evaluate(
+    cfg: &Config,
+    job: &Job<'_>,
+    type_idx: usize,
+    jobs: &[&PlacedJob],
+    (node, indices): (Option<String>, Vec<u32>),
+    wait_s: f64,
+    ctx: &mut PlaceContext,
+    rejections: &mut Rejections,
+    out: &mut Vec<Candidate>,
+) {
+    let gpu = &cfg.gpu_types[type_idx];
+    let reference = &cfg.gpu_types[cfg.reference_gpu];
+    let occupied = !jobs.is_empty();
+    let mut users = UserIds::default();
+    let new_user = users.id(&job.req.user);
+    let gpus = job.req.gpus;
+    let mut options: Vec<(ShareSpec, bool)> = Vec::new();
+    if gpus > 1 {
+        options.push((ShareSpec::Fixed(SharePct::FULL), true));
+    } else {
+        match job.req.share {
+            ShareRequest::Exclusive if !occupied => {
+                options.push((ShareSpec::Fixed(SharePct::FULL), true));
+            }
+            ShareRequest::Exclusive => {}
             ShareRequest::Pct(p) => {
                 if gpu.mps {
                     options.push((ShareSpec::Fixed(p), false));
@@ -420,94 +611,121 @@ pub fn place_slots(
                 if !occupied {
                     options.push((ShareSpec::Fixed(SharePct::FULL), true));
                 }
-                let full = full_speed_share(class, gpu, reference, params.share_step_pct);
+                let full = full_speed_share(job.class, gpu, reference, job.params.share_step_pct);
                 if gpu.mps && (occupied || full < SharePct::FULL) {
                     options.push((ShareSpec::Auto, false));
                 }
             }
         }
-
-        let existing: Vec<ShareJob<'_>> = jobs
-            .iter()
-            .map(|j| ShareJob {
-                class: &cfg.classes[j.class],
-                share: ShareSpec::Fixed(j.share),
-                user: users.id(&j.user),
-                bound: cfg.classes[j.class]
-                    .slowdown_bound
-                    .unwrap_or(cfg.policy.slowdown_bound),
-            })
-            .collect();
-        // What the jobs already there do without the newcomer, at the clock they would get.
-        let before = occupied.then(|| ctx.optimize(cfg, *type_idx, &existing, params));
-
-        for (spec, exclusive) in options {
-            let mut all = existing.clone();
-            all.push(ShareJob {
-                class,
-                share: spec,
-                user: new_user,
-                bound,
-            });
-            let planned = ctx.optimize(cfg, *type_idx, &all, params);
-            let plan = match planned.as_ref() {
-                Ok(p) => p,
-                Err(e) => {
-                    reject(&mut rejections, &|| describe_share_error(e, all.len() - 1));
-                    continue;
-                }
-            };
-            let new = plan.prediction.jobs.len() - 1;
-            let horizon = plan.prediction.jobs[new].runtime.0;
-            // Progress the others lose while the newcomer runs, priced at their power.
-            let (mut penalty_e, mut penalty_t) = (0.0, 0.0);
-            if let Some(Ok(b)) = before.as_deref() {
-                // `zip` stops at the shorter list: the newcomer (last) has no "without".
-                for (with, without) in plan.prediction.jobs.iter().zip(&b.prediction.jobs) {
-                    let lost = (1.0 - without.runtime.0 / with.runtime.0).max(0.0);
-                    penalty_e += with.power.0 * horizon * lost;
-                    penalty_t += horizon * lost;
-                }
+    }
+    let existing: Vec<ShareJob<'_>> = jobs
+        .iter()
+        .map(|j| ShareJob {
+            class: &cfg.classes[j.class],
+            share: ShareSpec::Fixed(j.share),
+            user: users.id(&j.user),
+            bound: cfg.classes[j.class]
+                .slowdown_bound
+                .unwrap_or(cfg.policy.slowdown_bound),
+        })
+        .collect();
+    // What the jobs already there do without the newcomer, at the clock they would get.
+    let before = occupied.then(|| ctx.optimize(cfg, type_idx, &existing, job.params));
+    for (spec, exclusive) in options {
+        let mut all = existing.clone();
+        all.push(ShareJob {
+            class: job.class,
+            share: spec,
+            user: new_user,
+            bound: job.bound,
+        });
+        let planned = ctx.optimize(cfg, type_idx, &all, job.params);
+        let plan = match planned.as_ref() {
+            Ok(p) => p,
+            Err(e) => {
+                rejections.add(&gpu.name, || describe_share_error(e, all.len() - 1));
+                continue;
             }
-            let mut c = candidate(
-                gpu.name.clone(),
-                node.clone(),
-                indices.clone(),
-                1,
-                exclusive,
-                plan,
-                jobs.len(),
-                penalty_e,
-                penalty_t,
-            );
-            if exclusive {
-                c.share_pct = 100;
+        };
+        let me = plan.prediction.jobs.len() - 1;
+        let mine = &plan.prediction.jobs[me];
+        let horizon = mine.runtime.0;
+        // Progress the others lose while the newcomer runs, priced at their power.
+        let (mut penalty_e, mut penalty_t) = (0.0, 0.0);
+        if let Some(Ok(b)) = before.as_deref() {
+            // `zip` stops at the shorter list: the newcomer (last) has no "without".
+            for (with, without) in plan.prediction.jobs.iter().zip(&b.prediction.jobs) {
+                let lost = (1.0 - without.runtime.0 / with.runtime.0).max(0.0);
+                penalty_e += with.power.0 * horizon * lost;
+                penalty_t += horizon * lost;
             }
-            raw.push(c);
+        }
+        let s = job.scale;
+        out.push(Candidate {
+            gpu_type: gpu.name.clone(),
+            node: node.clone(),
+            gpu_indices: indices.clone(),
+            gpus,
+            share_pct: if exclusive {
+                100
+            } else {
+                plan.shares[me].get()
+            },
+            exclusive,
+            sm_clock_mhz: plan.clock.0,
+            default_sm_clock_mhz: plan.at_default_clock.clock.0,
+            co_located_jobs: jobs.len(),
+            predicted_runtime_s: mine.runtime.0 * s,
+            predicted_energy_j: mine.energy().0 * f64::from(gpus) * s,
+            slowdown: mine.slowdown,
+            co_located_energy_penalty_j: penalty_e * s,
+            co_located_time_penalty_s: penalty_t * s,
+            wait_s,
+            score: 0.0,
+        });
+    }
+}
+
+/// Stage 4: the best candidate, and the other types whose best candidate of the same kind
+/// (whole GPUs or a share) scores within `offer_margin` of it. A share offered on several types
+/// is the largest any of them needs: the job keeps its bound wherever Slurm starts it.
+fn decide(cfg: &Config, cands: &[Candidate], job: &Job<'_>, quiet: bool) -> Decision {
+    let best = &cands[0];
+    let mut offered: Vec<&Candidate> = vec![best];
+    for c in cands {
+        if c.exclusive == best.exclusive
+            && c.score >= best.score - cfg.policy.offer_margin
+            && !offered.iter().any(|o| o.gpu_type == c.gpu_type)
+        {
+            offered.push(c);
         }
     }
-
-    if raw.is_empty() {
-        let why = if rejections.is_empty() {
-            "the cluster view has no GPU".to_owned()
-        } else {
-            rejections
-                .iter()
-                .map(|(t, w)| format!("{t}: {w}"))
-                .collect::<Vec<_>>()
-                .join("; ")
-        };
-        return Err(PlacementError::NoFeasible(why));
+    let offered_share_pct = offered.iter().map(|c| c.share_pct).max().unwrap_or(100);
+    let reason = if quiet {
+        String::new()
+    } else {
+        explain(cands, &offered, job)
+    };
+    Decision {
+        gpu_type: best.gpu_type.clone(),
+        node: best.node.clone(),
+        gpu_indices: best.gpu_indices.clone(),
+        gpus: best.gpus,
+        share_pct: best.share_pct,
+        exclusive: best.exclusive,
+        sm_clock_mhz: best.sm_clock_mhz,
+        predicted_runtime_s: best.predicted_runtime_s,
+        predicted_energy_j: best.predicted_energy_j,
+        score: best.score,
+        nice: 0,
+        class: job.class.name.clone(),
+        energy_weight: job.weight,
+        slowdown_bound: job.bound,
+        offered: offered.iter().map(|c| c.gpu_type.clone()).collect(),
+        offered_share_pct,
+        wait_s: best.wait_s,
+        reason,
     }
-
-    let mut scored = score(raw, weight);
-    rank(&mut scored);
-    let nice = nice_adjustment(cfg, class, &allowed, &scored[0], req.gpus);
-    let decision = decide(&scored, class, weight, bound, nice, ctx.quiet);
-    Ok(Plan {
-        decision,
-        candidates: scored,
-    })
 }
 
 /// Why a GPU cannot take the job; turned into text only for the first GPU of a type.
@@ -596,131 +814,18 @@ fn slot_filter(
     Ok(())
 }
 
-/// What a candidate costs: the job's own energy and time plus what it takes from the jobs
-/// already on the GPU.
-struct Costs {
-    energy: f64,
-    time: f64,
-}
-
-#[allow(clippy::too_many_arguments)]
-fn candidate(
-    gpu_type: String,
-    node: Option<String>,
-    gpu_indices: Vec<u32>,
-    gpus: u32,
-    exclusive: bool,
-    plan: &super::share::SharePlan,
-    co_located: usize,
-    penalty_e: f64,
-    penalty_t: f64,
-) -> Candidate {
-    let me = plan.prediction.jobs.len() - 1;
-    let job = &plan.prediction.jobs[me];
-    let n = f64::from(gpus);
-    let energy = job.energy().0 * n;
-    Candidate {
-        gpu_type,
-        node,
-        gpu_indices,
-        gpus,
-        share_pct: plan.shares[me].get(),
-        exclusive,
-        sm_clock_mhz: plan.clock.0,
-        default_sm_clock_mhz: plan.at_default_clock.clock.0,
-        co_located_jobs: co_located,
-        predicted_runtime_s: job.runtime.0,
-        predicted_energy_j: energy,
-        slowdown: job.slowdown,
-        co_located_energy_penalty_j: penalty_e,
-        co_located_time_penalty_s: penalty_t,
-        score: 0.0,
-    }
-}
-
-fn costs(c: &Candidate) -> Costs {
-    Costs {
-        energy: c.predicted_energy_j + c.co_located_energy_penalty_j,
-        time: c.predicted_runtime_s + c.co_located_time_penalty_s,
-    }
-}
-
-/// Scores energy and time as the best candidate's cost over this one's (best = 100) and mixes
-/// them with the weight. Ratios rather than min-max ranges: a candidate 0.1% slower than the
-/// fastest must not lose the whole time score.
-fn score(mut cands: Vec<Candidate>, weight: f64) -> Vec<Candidate> {
-    let cs: Vec<Costs> = cands.iter().map(costs).collect();
-    let (emin, _) = min_max(cs.iter().map(|c| c.energy));
-    let (tmin, _) = min_max(cs.iter().map(|c| c.time));
-    let ratio = |best: f64, v: f64| {
-        if v > 0.0 && best.is_finite() {
-            100.0 * best / v
+/// The one-line reason: what was chosen, what it costs (and, when the best type is full, why
+/// waiting for it beats running elsewhere now), the other types offered, and how the choice
+/// compares with the best other type. The first clause (up to "; ") stands alone in AdminComment.
+fn explain(cands: &[Candidate], offered: &[&Candidate], job: &Job<'_>) -> String {
+    let best = &cands[0];
+    let what = |c: &Candidate| {
+        if c.exclusive {
+            format!("a whole {}", c.gpu_type)
         } else {
-            100.0
+            format!("{}% of a {}", c.share_pct, c.gpu_type)
         }
     };
-    for (c, k) in cands.iter_mut().zip(&cs) {
-        c.score = weight * ratio(emin, k.energy) + (1.0 - weight) * ratio(tmin, k.time);
-    }
-    cands
-}
-
-fn min_max(it: impl Iterator<Item = f64>) -> (f64, f64) {
-    it.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| {
-        (lo.min(v), hi.max(v))
-    })
-}
-
-fn rank(cands: &mut [Candidate]) {
-    cands.sort_by(|a, b| {
-        b.score
-            .total_cmp(&a.score)
-            .then(costs(a).energy.total_cmp(&costs(b).energy))
-            .then(costs(a).time.total_cmp(&costs(b).time))
-            .then(a.gpu_type.cmp(&b.gpu_type))
-            .then(a.node.cmp(&b.node))
-            .then(a.gpu_indices.cmp(&b.gpu_indices))
-            .then(a.exclusive.cmp(&b.exclusive))
-    });
-}
-
-fn decide(
-    cands: &[Candidate],
-    class: &JobClass,
-    weight: f64,
-    bound: f64,
-    nice: i32,
-    quiet: bool,
-) -> Decision {
-    let best = &cands[0];
-    let reason = if quiet {
-        String::new()
-    } else {
-        explain(cands, class, weight)
-    };
-    Decision {
-        gpu_type: best.gpu_type.clone(),
-        node: best.node.clone(),
-        gpu_indices: best.gpu_indices.clone(),
-        gpus: best.gpus,
-        share_pct: best.share_pct,
-        exclusive: best.exclusive,
-        sm_clock_mhz: best.sm_clock_mhz,
-        predicted_runtime_s: best.predicted_runtime_s,
-        predicted_energy_j: best.predicted_energy_j,
-        score: best.score,
-        nice,
-        class: class.name.clone(),
-        energy_weight: weight,
-        slowdown_bound: bound,
-        reason,
-    }
-}
-
-/// The one-line reason: what was chosen, what it costs, and how it compares with the best other
-/// type (or the other way of using the same type).
-fn explain(cands: &[Candidate], class: &JobClass, weight: f64) -> String {
-    let best = &cands[0];
     let how = if best.exclusive {
         format!("{} whole {}", best.gpus, best.gpu_type)
     } else {
@@ -740,27 +845,42 @@ fn explain(cands: &[Candidate], class: &JobClass, weight: f64) -> String {
         Seconds(best.predicted_runtime_s),
         best.slowdown
     );
+    if best.wait_s > 0.0 {
+        reason.push_str(&format!(" after an expected {} wait", Seconds(best.wait_s)));
+        if let Some(now) = cands.iter().find(|c| c.wait_s == 0.0) {
+            reason.push_str(&format!(
+                ", which beats {} now ({} energy, done {})",
+                what(now),
+                relative(energy_cost(best), energy_cost(now)),
+                match relative(time_cost(best), time_cost(now)).as_str() {
+                    "same" => "at the same time".to_owned(),
+                    r => r.replace("less", "sooner").replace("more", "later"),
+                }
+            ));
+        }
+    }
+    if offered.len() > 1 {
+        let others: Vec<&str> = offered[1..].iter().map(|c| c.gpu_type.as_str()).collect();
+        reason.push_str(&format!("; also offered: {}", others.join(", ")));
+    }
     // Compare with the best other GPU type; with one type only, with the other way of using it.
     let alt = cands
         .iter()
         .find(|c| c.gpu_type != best.gpu_type)
         .or_else(|| cands.iter().find(|c| c.exclusive != best.exclusive));
     if let Some(alt) = alt {
-        let what = if alt.exclusive {
-            format!("a whole {}", alt.gpu_type)
-        } else {
-            format!("{}% of a {}", alt.share_pct, alt.gpu_type)
-        };
         reason.push_str(&format!(
-            "; vs {what}: {} energy, {} time",
+            "; vs {}: {} energy, {} time",
+            what(alt),
             relative(best.predicted_energy_j, alt.predicted_energy_j),
-            relative(best.predicted_runtime_s, alt.predicted_runtime_s)
+            relative(time_cost(best), time_cost(alt))
         ));
     }
     reason.push_str(&format!(
-        "; weight {weight:.2}, {} candidates, {} class",
+        "; weight {:.2}, {} candidates, {} class",
+        job.weight,
         cands.len(),
-        match class.kind {
+        match job.class.kind {
             JobKind::Training => "training",
             JobKind::Inference => "inference",
         }
@@ -852,33 +972,4 @@ impl UserIds {
         let next = u32::try_from(self.0.len()).unwrap_or(u32::MAX);
         *self.0.entry(name.to_owned()).or_insert(next)
     }
-}
-
-/// Predicted runtime of `class` alone on a whole GPU of each allowed type at default clock.
-pub(crate) fn exclusive_default(
-    cfg: &Config,
-    class: &JobClass,
-    type_idx: usize,
-) -> (Seconds, Joules) {
-    let gpu = &cfg.gpu_types[type_idx];
-    let reference = &cfg.gpu_types[cfg.reference_gpu];
-    let t = [Tenant {
-        class,
-        share: SharePct::FULL,
-        user: 0,
-    }];
-    let p = predict(
-        gpu,
-        reference,
-        &t,
-        gpu.default_sm_clock,
-        ModelParams {
-            contention_kappa: cfg.policy.contention_kappa,
-        },
-    );
-    debug_assert!(
-        (p.jobs[0].runtime.0 - alone_runtime(class, gpu, reference).0).abs()
-            < 1e-6 * p.jobs[0].runtime.0
-    );
-    (p.jobs[0].runtime, p.jobs[0].energy())
 }

@@ -100,7 +100,7 @@ pub struct State<'a> {
     /// The same cluster as `policy::ClusterView`, kept in step for heshare's placement.
     pub view: ClusterView,
     /// `view`'s GPUs grouped by type and occupants, kept in step with it.
-    pub groups: super::groups::GpuGroups,
+    pub groups: crate::policy::GpuGroups,
     pub now: f64,
 }
 
@@ -321,7 +321,7 @@ pub fn build_state<'a>(
         nodes: sim_nodes,
         gpus,
         jobs,
-        groups: super::groups::GpuGroups::new(&view),
+        groups: crate::policy::GpuGroups::new(&view),
         view,
         now: 0.0,
     }

@@ -2,7 +2,6 @@
 //! to faithful implementations of the schedulers people use today.
 
 pub mod engine;
-pub mod groups;
 pub mod packing;
 pub mod rng;
 pub mod schedulers;

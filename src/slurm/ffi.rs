@@ -5,14 +5,20 @@
 //! (`slurm_xstrdup`, `slurm_xrecalloc`, freed with `slurm_xfree`), looked up with `dlsym` at
 //! `init` so the library has no link-time Slurm symbol; nothing unwinds into Slurm (every entry
 //! point runs under `catch_unwind`, a panic becomes a log line and the job passes unchanged);
-//! logging goes through `slurm_info`/`slurm_error` with a constant "%s" format.
+//! logging goes through the `log` facade, whose backend here is `slurm_info`/`slurm_error` with
+//! a constant "%s" format. `job_submit` never calls Slurm's client API (it runs under
+//! slurmctld's locks): the live view comes from the snapshot thread (`live`).
 
-use super::request::{Verdict, decide_with, parse_gpu_request, parse_options};
-use crate::config::{Config, check_slurm_gres, slurm_gpu_types};
+use super::live;
+use super::request::{
+    AskError, Live, Site, Submission, Verdict, decide_with, merge_admin_comment, parse_gpu_request,
+    parse_options,
+};
+use crate::config::{Config, check_slurm_gres, slurm_feature_types, slurm_gpu_types};
 use std::ffi::{CStr, CString, c_char, c_int, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::Path;
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 include!(concat!(env!("OUT_DIR"), "/slurm_version.rs"));
 
@@ -33,10 +39,13 @@ struct JobView {
     tres_per_node: *const c_char,
     tres_per_job: *const c_char,
     admin_comment: *const c_char,
+    features: *const c_char,
+    prefer: *const c_char,
     spank_job_env: *mut *mut c_char,
     spank_job_env_size: u32,
     nice: u32,
     user_id: u32,
+    time_limit: u32,
     batch: c_int,
 }
 
@@ -44,14 +53,16 @@ unsafe extern "C" {
     fn hs_job_tres_per_node(desc: *mut c_void) -> *mut *mut c_char;
     fn hs_job_tres_per_job(desc: *mut c_void) -> *mut *mut c_char;
     fn hs_job_admin_comment(desc: *mut c_void) -> *mut *mut c_char;
+    fn hs_job_features(desc: *mut c_void) -> *mut *mut c_char;
+    fn hs_job_prefer(desc: *mut c_void) -> *mut *mut c_char;
     fn hs_job_spank_env(desc: *mut c_void) -> *mut *mut *mut c_char;
     fn hs_job_spank_env_size(desc: *mut c_void) -> *mut u32;
     fn hs_job_nice(desc: *mut c_void) -> *mut u32;
     fn hs_nice_offset() -> u32;
     fn hs_no_val() -> u32;
+    fn hs_infinite() -> u32;
     fn hs_eslurm_invalid_gres() -> c_int;
 }
-
 type LogFn = unsafe extern "C" fn(*const c_char, ...);
 type XstrdupFn = unsafe extern "C" fn(*const c_char) -> *mut c_char;
 type XfreeFn = unsafe extern "C" fn(*mut *mut c_void);
@@ -103,7 +114,7 @@ impl Host {
         }
     }
 
-    fn log(&self, error: bool, msg: &str) {
+    fn write(&self, error: bool, msg: &str) {
         let c = CString::new(msg.replace('\0', " ")).unwrap_or_default();
         let f = if error { self.error } else { self.info };
         // SAFETY: a constant "%s" format and one NUL-terminated string argument, as printf wants.
@@ -166,18 +177,16 @@ impl Host {
     }
 }
 
-/// What init loaded: the policy configuration and the GPU types the cluster has, each with the
-/// most GPUs of it on one node.
+/// What init loaded: the policy configuration and what slurm.conf says of the cluster.
 struct Loaded {
-    cfg: Config,
-    present: Vec<(usize, u32)>,
+    cfg: Arc<Config>,
+    site: Site,
     /// heshare.toml and its modification time when loaded: an edit is picked up at the next
     /// submission (slurmctld 22.05 does not re-run a job_submit plugin's init on
     /// `scontrol reconfigure` unless JobSubmitPlugins itself changed).
     path: std::path::PathBuf,
     modified: Option<std::time::SystemTime>,
-    /// Sharing plans remembered between submissions (the same classes on the same idle types
-    /// come back all day); dropped with this config on reload.
+    /// Sharing plans remembered between submissions; dropped with this config on reload.
     ctx: crate::policy::PlaceContext,
 }
 
@@ -191,6 +200,18 @@ fn host() -> Option<Host> {
     *HOST.get_or_init(Host::find)
 }
 
+/// The `log` facade's backend inside slurmctld.
+fn slurm_sink(level: log::Level, msg: &str) {
+    if let Some(h) = host() {
+        let msg = if msg.starts_with("heshare") {
+            msg.to_owned()
+        } else {
+            format!("heshare: {msg}")
+        };
+        h.write(level <= log::Level::Warn, &msg);
+    }
+}
+
 unsafe extern "C" {
     fn hs_job_view_fill(desc: *const c_void, out: *mut JobView);
 }
@@ -198,6 +219,12 @@ unsafe extern "C" {
 fn state() -> &'static Mutex<Option<Loaded>> {
     static STATE: OnceLock<Mutex<Option<Loaded>>> = OnceLock::new();
     STATE.get_or_init(|| Mutex::new(None))
+}
+
+/// What the snapshot thread reads on every cycle.
+fn loaded_config() -> Option<(Arc<Config>, Site)> {
+    let guard = state().lock().ok()?;
+    guard.as_ref().map(|l| (Arc::clone(&l.cfg), l.site.clone()))
 }
 
 /// Runs `f`, turning a panic into an error log line and `on_panic`.
@@ -210,12 +237,7 @@ fn guarded(what: &str, on_panic: c_int, f: impl FnOnce() -> c_int) -> c_int {
                 .map(|s| (*s).to_owned())
                 .or_else(|| p.downcast_ref::<String>().cloned())
                 .unwrap_or_default();
-            if let Some(h) = host() {
-                h.log(
-                    true,
-                    &format!("heshare: internal error in {what}: {msg}; job left unchanged"),
-                );
-            }
+            log::error!("heshare: internal error in {what}: {msg}; job left unchanged");
             on_panic
         }
     }
@@ -227,10 +249,28 @@ fn install_panic_hook() {
     static ONCE: OnceLock<()> = OnceLock::new();
     ONCE.get_or_init(|| {
         std::panic::set_hook(Box::new(|info| {
-            if let Some(h) = host() {
-                h.log(true, &format!("heshare: panic: {info}"));
-            }
+            log::error!("heshare: panic: {info}");
         }));
+    });
+}
+
+/// Keeps this library mapped for the life of the process: the snapshot thread may still be
+/// inside a client call when slurmctld unloads the plugin.
+fn pin_library() {
+    static ONCE: OnceLock<()> = OnceLock::new();
+    ONCE.get_or_init(|| {
+        // SAFETY: dladdr on the address of one of our own functions fills `info` with the path of
+        // this shared object; dlopen with RTLD_NOLOAD|RTLD_NODELETE only takes a reference to the
+        // already loaded object and marks it never to be unloaded.
+        unsafe {
+            let mut info: libc::Dl_info = std::mem::zeroed();
+            if libc::dladdr(init as *const c_void, &mut info) != 0 && !info.dli_fname.is_null() {
+                libc::dlopen(
+                    info.dli_fname,
+                    libc::RTLD_NOW | libc::RTLD_NOLOAD | libc::RTLD_NODELETE,
+                );
+            }
+        }
     });
 }
 
@@ -243,17 +283,20 @@ fn load() -> Result<Loaded, String> {
     let slurm_conf = std::env::var_os("SLURM_CONF")
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|| "/etc/slurm/slurm.conf".into());
-    let mut present = match std::fs::read_to_string(&slurm_conf) {
-        Ok(text) => present_types(&text, &cfg, &slurm_conf)?,
-        Err(_) => vec![],
+    let mut site = match std::fs::read_to_string(&slurm_conf) {
+        Ok(text) => site_of(&text, &cfg, &slurm_conf)?,
+        Err(_) => Site::default(),
     };
     // No typed GPUs to go by: every catalog type, with no per-node limit known.
-    if present.is_empty() {
-        present = (0..cfg.gpu_types.len()).map(|t| (t, u32::MAX)).collect();
+    if site.present.is_empty() {
+        site.present = (0..cfg.gpu_types.len()).map(|t| (t, u32::MAX)).collect();
+    }
+    if site.feature_types.len() != cfg.gpu_types.len() {
+        site.feature_types = vec![false; cfg.gpu_types.len()];
     }
     Ok(Loaded {
-        cfg,
-        present,
+        cfg: Arc::new(cfg),
+        site,
         path,
         modified: stamp,
         ctx: crate::policy::PlaceContext::default(),
@@ -262,7 +305,7 @@ fn load() -> Result<Loaded, String> {
 
 /// Reloads heshare.toml when it changed since it was loaded; a broken edit is logged with
 /// file:line:field and the previous configuration stays in force.
-fn refresh(h: &Host, slot: &mut Option<Loaded>) {
+fn refresh(slot: &mut Option<Loaded>) {
     let Some(current) = slot.as_ref() else { return };
     let now = modified(&current.path);
     if now == current.modified {
@@ -270,18 +313,12 @@ fn refresh(h: &Host, slot: &mut Option<Loaded>) {
     }
     match load() {
         Ok(l) => {
-            h.log(
-                false,
-                &format!("heshare: {} changed, reloaded", l.path.display()),
-            );
+            log::info!("heshare: {} changed, reloaded", l.path.display());
             *slot = Some(l);
         }
         Err(e) => {
             for line in e.lines() {
-                h.log(
-                    true,
-                    &format!("heshare: {line} (keeping the previous configuration)"),
-                );
+                log::error!("heshare: {line} (keeping the previous configuration)");
             }
             if let Some(c) = slot.as_mut() {
                 c.modified = now;
@@ -290,16 +327,20 @@ fn refresh(h: &Host, slot: &mut Option<Loaded>) {
     }
 }
 
-/// The catalog types named by `Gres=gpu:TYPE:N` in slurm.conf; an unknown type is an error so
-/// the admin hears of it at init, not through odd decisions.
-fn present_types(text: &str, cfg: &Config, file: &Path) -> Result<Vec<(usize, u32)>, String> {
+/// The catalog types named by `Gres=gpu:TYPE:N` in slurm.conf and which of them nodes carry as
+/// features; an unknown type is an error so the admin hears of it at init, not through odd
+/// decisions.
+fn site_of(text: &str, cfg: &Config, file: &Path) -> Result<Site, String> {
     if let Some(f) = check_slurm_gres(text, cfg)
         .into_iter()
         .find(|f| !f.message.contains("has no GPU type"))
     {
         return Err(format!("{}:{}: {}", file.display(), f.line, f.message));
     }
-    Ok(slurm_gpu_types(text, cfg))
+    Ok(Site {
+        present: slurm_gpu_types(text, cfg),
+        feature_types: slurm_feature_types(text, cfg),
+    })
 }
 
 /// Whether this process is slurmctld: slurmctld's own exported globals tell (the spank_* API
@@ -316,31 +357,41 @@ pub extern "C" fn init() -> c_int {
         if !in_slurmctld() {
             return SLURM_SUCCESS;
         }
-        let Some(h) = host() else { return SLURM_ERROR };
+        if host().is_none() {
+            return SLURM_ERROR;
+        }
+        crate::logging::install(slurm_sink, log::LevelFilter::Info);
         install_panic_hook();
         match load() {
             Ok(l) => {
-                let names: Vec<&str> = l
+                let names: Vec<String> = l
+                    .site
                     .present
                     .iter()
-                    .map(|&(t, _)| l.cfg.gpu_types[t].name.as_str())
+                    .map(|&(t, _)| {
+                        let n = &l.cfg.gpu_types[t].name;
+                        if l.site.feature_types[t] {
+                            format!("{n} (feature)")
+                        } else {
+                            n.clone()
+                        }
+                    })
                     .collect();
-                h.log(
-                    false,
-                    &format!(
-                        "heshare: loaded {} job classes; GPU types in this cluster: {}",
-                        l.cfg.classes.len(),
-                        names.join(", ")
-                    ),
+                log::info!(
+                    "heshare: loaded {} job classes; GPU types in this cluster: {}",
+                    l.cfg.classes.len(),
+                    names.join(", ")
                 );
                 if let Ok(mut s) = state().lock() {
                     *s = Some(l);
                 }
+                pin_library();
+                live::start(loaded_config);
                 SLURM_SUCCESS
             }
             Err(e) => {
                 for line in e.lines() {
-                    h.log(true, &format!("heshare: {line}"));
+                    log::error!("heshare: {line}");
                 }
                 SLURM_ERROR
             }
@@ -351,6 +402,7 @@ pub extern "C" fn init() -> c_int {
 #[unsafe(no_mangle)]
 pub extern "C" fn fini() -> c_int {
     guarded("fini", SLURM_SUCCESS, || {
+        live::stop();
         if let Ok(mut s) = state().lock() {
             *s = None;
         }
@@ -375,119 +427,173 @@ pub unsafe extern "C" fn job_submit(
     err_msg: *mut *mut c_char,
 ) -> c_int {
     guarded("job_submit", SLURM_SUCCESS, || {
-        let Some(h) = host() else {
-            return SLURM_SUCCESS;
-        };
-        if desc.is_null() {
-            return SLURM_SUCCESS;
-        }
-        let mut v = JobView {
-            tres_per_node: std::ptr::null(),
-            tres_per_job: std::ptr::null(),
-            admin_comment: std::ptr::null(),
-            spank_job_env: std::ptr::null_mut(),
-            spank_job_env_size: 0,
-            nice: 0,
-            user_id: 0,
-            batch: 0,
-        };
-        // SAFETY: desc is slurmctld's job description; the shim only reads its fields.
-        unsafe { hs_job_view_fill(desc, &mut v) };
-        let env: Vec<String> = if v.spank_job_env.is_null() {
-            vec![]
-        } else {
-            // SAFETY: spank_job_env holds spank_job_env_size string pointers (null-checked each).
-            (0..v.spank_job_env_size as usize)
-                .filter_map(|i| c_str(unsafe { *v.spank_job_env.add(i) }))
-                .collect()
-        };
-        let opts = parse_options(env.iter().map(String::as_str));
-        let tres = c_str(v.tres_per_node);
-        let per_job = c_str(v.tres_per_job);
-        let ask = match parse_gpu_request(tres.as_deref(), per_job.as_deref()) {
-            Ok(a) => a,
-            Err(e) => {
-                h.log(
-                    false,
-                    &format!("heshare: uid {submit_uid}: {e}; job left to Slurm"),
-                );
-                return SLURM_SUCCESS;
-            }
-        };
-        let mut guard = match state().lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        };
-        refresh(&h, &mut guard);
-        let Some(loaded) = guard.as_mut() else {
-            return SLURM_SUCCESS;
-        };
-        let user = if v.user_id != 0 && v.user_id != unsafe_no_val() {
-            v.user_id
-        } else {
-            submit_uid
-        };
-        match decide_with(
-            &loaded.cfg,
-            &loaded.present,
-            ask.as_ref(),
-            &opts,
-            &user.to_string(),
-            v.batch != 0,
-            &mut loaded.ctx,
-        ) {
-            Verdict::PassThrough => SLURM_SUCCESS,
-            Verdict::Annotate(note) => {
-                // SAFETY: desc is live; admin_comment is a Slurm-owned char * field.
-                unsafe { h.replace(hs_job_admin_comment(desc), &note) };
-                SLURM_SUCCESS
-            }
-            Verdict::Rewrite(r) => {
-                // SAFETY: desc is live; each field address comes from the shim and each string
-                // from Slurm's allocator; nice is a plain u32 field.
-                unsafe {
-                    let field = if r.per_job {
-                        hs_job_tres_per_job(desc)
-                    } else {
-                        hs_job_tres_per_node(desc)
-                    };
-                    h.replace(field, &r.tres_per_node);
-                    h.replace(hs_job_admin_comment(desc), &r.admin_comment);
-                    h.push_env(desc, &r.spank_env);
-                    let nice = hs_job_nice(desc);
-                    let offset = i64::from(hs_nice_offset());
-                    let current = if *nice == hs_no_val() {
-                        0
-                    } else {
-                        i64::from(*nice) - offset
-                    };
-                    *nice = u32::try_from(offset + current + i64::from(r.nice))
-                        .unwrap_or(hs_nice_offset());
-                }
-                h.log(
-                    false,
-                    &format!(
-                        "heshare: uid {user}: {} -> {} nice {:+}; {}",
-                        tres.unwrap_or_default(),
-                        r.tres_per_node,
-                        r.nice,
-                        r.admin_comment
-                    ),
-                );
-                SLURM_SUCCESS
-            }
-            Verdict::Reject(msg) => {
-                h.log(false, &format!("heshare: uid {user}: rejected: {msg}"));
-                if !err_msg.is_null() {
-                    // SAFETY: err_msg is slurmctld's char ** for the reply; it takes ownership
-                    // of an xmalloc'd string.
-                    unsafe { *err_msg = h.strdup(&msg) };
-                }
-                // SAFETY: a constant from the headers.
-                unsafe { hs_eslurm_invalid_gres() }
-            }
-        }
+        live::in_submit(|| submit(desc, submit_uid, err_msg))
     })
+}
+
+fn submit(desc: *mut c_void, submit_uid: u32, err_msg: *mut *mut c_char) -> c_int {
+    let Some(h) = host() else {
+        return SLURM_SUCCESS;
+    };
+    if desc.is_null() {
+        return SLURM_SUCCESS;
+    }
+    let mut v = JobView {
+        tres_per_node: std::ptr::null(),
+        tres_per_job: std::ptr::null(),
+        admin_comment: std::ptr::null(),
+        features: std::ptr::null(),
+        prefer: std::ptr::null(),
+        spank_job_env: std::ptr::null_mut(),
+        spank_job_env_size: 0,
+        nice: 0,
+        user_id: 0,
+        time_limit: 0,
+        batch: 0,
+    };
+    // SAFETY: desc is slurmctld's job description; the shim only reads its fields.
+    unsafe { hs_job_view_fill(desc, &mut v) };
+    let env: Vec<String> = if v.spank_job_env.is_null() {
+        vec![]
+    } else {
+        // SAFETY: spank_job_env holds spank_job_env_size string pointers (null-checked each).
+        (0..v.spank_job_env_size as usize)
+            .filter_map(|i| c_str(unsafe { *v.spank_job_env.add(i) }))
+            .collect()
+    };
+    let opts = parse_options(env.iter().map(String::as_str));
+    let tres = c_str(v.tres_per_node);
+    let per_job = c_str(v.tres_per_job);
+    let existing_comment = c_str(v.admin_comment);
+    let ask = match parse_gpu_request(tres.as_deref(), per_job.as_deref()) {
+        Ok(a) => a,
+        Err(AskError::Unreadable(e)) => {
+            log::info!("heshare: uid {submit_uid}: {e}; job left to Slurm");
+            return SLURM_SUCCESS;
+        }
+        Err(AskError::Inexpressible(e)) => {
+            if opts.gpu_class.is_some() || opts.gpu_share.is_some() {
+                let note = format!("heshare: {e}, request left as asked");
+                log::info!("heshare: uid {submit_uid}: {note}");
+                // SAFETY: desc is live; admin_comment is a Slurm-owned char * field.
+                unsafe {
+                    h.replace(
+                        hs_job_admin_comment(desc),
+                        &merge_admin_comment(existing_comment.as_deref(), &note),
+                    );
+                }
+            }
+            return SLURM_SUCCESS;
+        }
+    };
+    let mut guard = match state().lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    };
+    refresh(&mut guard);
+    let Some(loaded) = guard.as_mut() else {
+        return SLURM_SUCCESS;
+    };
+    let user = if v.user_id != 0 && v.user_id != unsafe_no_val() {
+        v.user_id
+    } else {
+        submit_uid
+    };
+    let user_s = user.to_string();
+    let snapshot = live::current();
+    let live_view = Live {
+        snapshot: snapshot.as_deref(),
+        now_s: live::now_s(),
+        max_age_s: loaded.cfg.live.snapshot_max_age_s,
+    };
+    // SAFETY: constants from the headers.
+    let (no_val, infinite) = unsafe { (hs_no_val(), hs_infinite()) };
+    let features = c_str(v.features);
+    let prefer = c_str(v.prefer);
+    let sub = Submission {
+        ask: ask.as_ref(),
+        opts: &opts,
+        user: &user_s,
+        batch: v.batch != 0,
+        time_limit_s: (v.time_limit != no_val && v.time_limit != infinite && v.time_limit > 0)
+            .then(|| f64::from(v.time_limit) * 60.0),
+        features: features.as_deref(),
+        prefer: prefer.as_deref(),
+    };
+    let cfg = Arc::clone(&loaded.cfg);
+    match decide_with(&cfg, &loaded.site, live_view, &sub, &mut loaded.ctx) {
+        Verdict::PassThrough => SLURM_SUCCESS,
+        Verdict::Annotate(note) => {
+            // SAFETY: desc is live; admin_comment is a Slurm-owned char * field.
+            unsafe {
+                h.replace(
+                    hs_job_admin_comment(desc),
+                    &merge_admin_comment(existing_comment.as_deref(), &note),
+                );
+            }
+            SLURM_SUCCESS
+        }
+        Verdict::Rewrite(r) => {
+            // SAFETY: desc is live; each field address comes from the shim and each string
+            // from Slurm's allocator; nice is a plain u32 field.
+            unsafe {
+                let field = if r.per_job {
+                    hs_job_tres_per_job(desc)
+                } else {
+                    hs_job_tres_per_node(desc)
+                };
+                h.replace(field, &r.tres);
+                if let Some(f) = &r.features {
+                    h.replace(hs_job_features(desc), f);
+                }
+                if let Some(p) = &r.prefer {
+                    h.replace(hs_job_prefer(desc), p);
+                }
+                h.replace(
+                    hs_job_admin_comment(desc),
+                    &merge_admin_comment(existing_comment.as_deref(), &r.admin_comment),
+                );
+                h.push_env(desc, &r.spank_env);
+                let nice = hs_job_nice(desc);
+                let offset = i64::from(hs_nice_offset());
+                let current = if *nice == hs_no_val() {
+                    0
+                } else {
+                    i64::from(*nice) - offset
+                };
+                *nice =
+                    u32::try_from(offset + current + i64::from(r.nice)).unwrap_or(hs_nice_offset());
+            }
+            let constraint = r
+                .features
+                .as_ref()
+                .map(|f| {
+                    format!(
+                        " constraint={f} prefer={}",
+                        r.prefer.as_deref().unwrap_or("")
+                    )
+                })
+                .unwrap_or_default();
+            log::info!(
+                "heshare: uid {user}: {} -> {}{constraint} nice {:+}; {}",
+                tres.unwrap_or_default(),
+                r.tres,
+                r.nice,
+                r.admin_comment
+            );
+            SLURM_SUCCESS
+        }
+        Verdict::Reject(msg) => {
+            log::info!("heshare: uid {user}: rejected: {msg}");
+            if !err_msg.is_null() {
+                // SAFETY: err_msg is slurmctld's char ** for the reply; it takes ownership
+                // of an xmalloc'd string.
+                unsafe { *err_msg = h.strdup(&msg) };
+            }
+            // SAFETY: a constant from the headers.
+            unsafe { hs_eslurm_invalid_gres() }
+        }
+    }
 }
 
 fn unsafe_no_val() -> u32 {
@@ -495,11 +601,13 @@ fn unsafe_no_val() -> u32 {
     unsafe { hs_no_val() }
 }
 
-/// Job updates are left to Slurm (22.05 passes three arguments; 23.02 adds `char **err_msg`,
-/// which a C caller passing more arguments than this reads is harmless under the C ABI).
+/// Job updates are left to Slurm, including heshare's own moves of pending jobs (which arrive
+/// here too: doing nothing is what keeps them from looping). 22.05 passes three arguments; 23.02
+/// adds `char **err_msg`, which a C caller passing more arguments than this reads is harmless
+/// under the C ABI.
 #[unsafe(no_mangle)]
 pub extern "C" fn job_modify(_desc: *mut c_void, _job_ptr: *mut c_void, _submit_uid: u32) -> c_int {
-    SLURM_SUCCESS
+    live::in_submit(|| SLURM_SUCCESS)
 }
 
 #[cfg(test)]
@@ -576,12 +684,16 @@ mod tests {
             xfree: fake_free,
             xrecalloc: fake_recalloc,
         }));
+        crate::logging::install(slurm_sink, log::LevelFilter::Info);
         let cfg = Config::parse(BUNDLED_CONFIG, Path::new("h.toml")).expect("valid");
-        let present = (0..cfg.gpu_types.len()).map(|t| (t, 8)).collect();
+        let site = Site {
+            present: (0..cfg.gpu_types.len()).map(|t| (t, 8)).collect(),
+            feature_types: vec![true; cfg.gpu_types.len()],
+        };
         if let Ok(mut s) = state().lock() {
             *s = Some(Loaded {
-                cfg,
-                present,
+                cfg: Arc::new(cfg),
+                site,
                 path: std::path::PathBuf::new(),
                 modified: None,
                 ctx: crate::policy::PlaceContext::default(),

@@ -1,10 +1,23 @@
 //! What the job_submit plugin decides, as pure functions: read a job's GPU request (the TRES
-//! strings Slurm hands the plugin) and its heshare SPANK options, call the policy, and say how the
-//! job description should change. The FFI layer only copies strings in and out.
+//! strings Slurm hands the plugin) and its heshare SPANK options, place it on the plugin's view of
+//! the cluster (the live snapshot when a fresh one exists, else one idle GPU per type), and say how
+//! the job description should change. The FFI layer only copies strings in and out; the
+//! simulator calls the same `decide` and follows the same `Rewrite`.
+//!
+//! A decision Slurm can follow: where nodes carry their GPU type as a feature, the job asks for
+//! untyped GPUs (or an untyped MPS share) constrained to the chosen types by a node-feature OR,
+//! with the best as `--prefer`; when more than one type scores close to the best, Slurm's own
+//! scheduler starts it on whichever has room first, and an MPS share is sized for the most
+//! demanding type offered. A pending job is re-decided on later snapshots and moved when its
+//! offer changed (`reroute`): only its features change, which every Slurm applies cleanly (on
+//! 22.05 a pending job's GPU type cannot be changed: the type in TRES stays required beside the
+//! new one, and the job never runs). Where nodes lack the features the GRES names the one type.
 
+use super::snapshot::Snapshot;
 use crate::config::Config;
+use crate::model::full_speed_share;
 use crate::policy::{
-    ClusterView, EnergyPolicy, JobRequest, PlaceContext, Plan, ShareRequest, place_with,
+    ClusterView, EnergyPolicy, GpuSlot, JobRequest, PlaceContext, Plan, ShareRequest, place_slots,
 };
 use crate::units::SharePct;
 
@@ -14,6 +27,15 @@ use crate::units::SharePct;
 pub enum TresForm {
     Colon,
     Slash,
+}
+
+impl TresForm {
+    fn prefix(self) -> &'static str {
+        match self {
+            TresForm::Colon => "gres:",
+            TresForm::Slash => "gres/",
+        }
+    }
 }
 
 /// A job's GPU request as Slurm passed it.
@@ -30,6 +52,16 @@ pub struct GpuAsk {
     pub per_job: bool,
 }
 
+/// Why a GPU request is not one heshare decides for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AskError {
+    /// A malformed entry; Slurm will say what is wrong with it.
+    Unreadable(String),
+    /// Readable, but not one GPU request heshare can rewrite (several GPU entries, e.g. two
+    /// types at once): left exactly as asked, with this reason.
+    Inexpressible(String),
+}
+
 /// heshare's SPANK options as they reach job_submit in spank_job_env.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Options {
@@ -40,11 +72,11 @@ pub struct Options {
 
 /// Reads `tres_per_node` (`gres:gpu:a100:2`, `gres:mps:30`, `gres/gpu:1`, with other entries
 /// separated by `,` or `;`). `Ok(None)`: no GPU asked for.
-pub fn parse_tres_per_node(tres: Option<&str>) -> Result<Option<GpuAsk>, String> {
+pub fn parse_tres_per_node(tres: Option<&str>) -> Result<Option<GpuAsk>, AskError> {
     let Some(tres) = tres.filter(|t| !t.trim().is_empty()) else {
         return Ok(None);
     };
-    let mut ask: Option<GpuAsk> = None;
+    let mut asks: Vec<GpuAsk> = Vec::new();
     let mut others = Vec::new();
     for entry in tres
         .split([',', ';'])
@@ -62,7 +94,7 @@ pub fn parse_tres_per_node(tres: Option<&str>) -> Result<Option<GpuAsk>, String>
         let parts: Vec<&str> = rest.split([':', '=']).collect();
         let count = |s: &str| {
             s.parse::<u32>()
-                .map_err(|_| format!("cannot read the count in \"{entry}\""))
+                .map_err(|_| AskError::Unreadable(format!("cannot read the count in \"{entry}\"")))
         };
         let (gpus, gpu_type, mps_pct) = match parts.as_slice() {
             ["gpu", n] => (count(n)?, None, None),
@@ -74,7 +106,7 @@ pub fn parse_tres_per_node(tres: Option<&str>) -> Result<Option<GpuAsk>, String>
                 continue;
             }
         };
-        ask = Some(GpuAsk {
+        asks.push(GpuAsk {
             gpus,
             gpu_type,
             mps_pct,
@@ -83,7 +115,14 @@ pub fn parse_tres_per_node(tres: Option<&str>) -> Result<Option<GpuAsk>, String>
             per_job: false,
         });
     }
-    Ok(ask.map(|a| GpuAsk { others, ..a }))
+    match asks.len() {
+        0 => Ok(None),
+        1 => Ok(asks.pop().map(|a| GpuAsk { others, ..a })),
+        _ => Err(AskError::Inexpressible(format!(
+            "the request \"{tres}\" names {} GPU entries; heshare rewrites one GPU request only",
+            asks.len()
+        ))),
+    }
 }
 
 /// Reads the job's GPU request: `tres_per_node` (`--gres`) first, else `tres_per_job`
@@ -91,7 +130,7 @@ pub fn parse_tres_per_node(tres: Option<&str>) -> Result<Option<GpuAsk>, String>
 pub fn parse_gpu_request(
     tres_per_node: Option<&str>,
     tres_per_job: Option<&str>,
-) -> Result<Option<GpuAsk>, String> {
+) -> Result<Option<GpuAsk>, AskError> {
     if let Some(a) = parse_tres_per_node(tres_per_node)? {
         return Ok(Some(a));
     }
@@ -123,17 +162,106 @@ pub fn parse_options<'a>(env: impl IntoIterator<Item = &'a str>) -> Options {
     o
 }
 
+/// What slurm.conf says of the cluster, read at the plugin's init.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Site {
+    /// Catalog types named by `Gres=gpu:TYPE:N`, each with the most GPUs of it on one node.
+    pub present: Vec<(usize, u32)>,
+    /// Per catalog type: whether every node with it carries its name as a feature and no other
+    /// GPU type, so a job may be offered it in a feature OR.
+    pub feature_types: Vec<bool>,
+}
+
+/// The plugin's live view at the moment of a decision.
+#[derive(Debug, Clone, Copy)]
+pub struct Live<'a> {
+    pub snapshot: Option<&'a Snapshot>,
+    /// Now, in the snapshot's clock.
+    pub now_s: f64,
+    /// A snapshot older than this is not trusted: the decision falls back to the static view.
+    pub max_age_s: f64,
+}
+
+impl Live<'_> {
+    /// No live view: every decision is made on one idle GPU per type.
+    pub const NONE: Live<'static> = Live {
+        snapshot: None,
+        now_s: 0.0,
+        max_age_s: 0.0,
+    };
+
+    fn fresh(&self) -> Option<&Snapshot> {
+        self.snapshot
+            .filter(|s| self.now_s - s.taken_at_s <= self.max_age_s)
+    }
+
+    /// `snapshot=3s`, `snapshot=stale:125s`, `snapshot=none`: for the AdminComment.
+    fn describe(&self) -> String {
+        match self.snapshot {
+            None => "snapshot=none".into(),
+            Some(s) => {
+                let age = (self.now_s - s.taken_at_s).max(0.0);
+                if age <= self.max_age_s {
+                    format!("snapshot={age:.0}s")
+                } else {
+                    format!("snapshot=stale:{age:.0}s")
+                }
+            }
+        }
+    }
+}
+
+/// One submission as job_submit sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct Submission<'a> {
+    pub ask: Option<&'a GpuAsk>,
+    pub opts: &'a Options,
+    pub user: &'a str,
+    /// False for srun/salloc allocations: their job steps ask again for the GRES the user gave,
+    /// so a `gpu` request must stay a `gpu` request (heshare picks the types, not a share).
+    pub batch: bool,
+    pub time_limit_s: Option<f64>,
+    /// The job's own `--constraint` and `--prefer`: heshare never overwrites them, so a job with
+    /// either is offered one type.
+    pub features: Option<&'a str>,
+    pub prefer: Option<&'a str>,
+}
+
+impl<'a> Submission<'a> {
+    /// A batch job of `user` with no constraint, time limit or preference.
+    pub fn new(ask: Option<&'a GpuAsk>, opts: &'a Options, user: &'a str) -> Submission<'a> {
+        Submission {
+            ask,
+            opts,
+            user,
+            batch: true,
+            time_limit_s: None,
+            features: None,
+            prefer: None,
+        }
+    }
+}
+
 /// How the job description changes.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Rewrite {
     /// The new GPU request, for tres_per_node (or tres_per_job when `per_job`).
-    pub tres_per_node: String,
+    pub tres: String,
     pub per_job: bool,
+    /// New `features` (required constraint) and `prefer` (soft) values; `None` leaves the field.
+    pub features: Option<String>,
+    pub prefer: Option<String>,
     /// Slurm nice adjustment (the plugin adds NICE_OFFSET).
     pub nice: i32,
+    /// heshare's part of AdminComment (`merge_admin_comment` keeps what others wrote).
     pub admin_comment: String,
     /// `HESHARE_*=value` entries for spank_job_env (the Prolog sees them as SPANK_HESHARE_*).
     pub spank_env: Vec<String>,
+    /// The same request in structured form (the simulator follows it; a test checks it matches
+    /// the strings): the catalog types Slurm may use, best first, GPUs per node, MPS share.
+    pub offered: Vec<usize>,
+    pub gpus: u32,
+    pub mps_pct: Option<u8>,
 }
 
 /// The plugin's answer for one job.
@@ -148,43 +276,23 @@ pub enum Verdict {
     Reject(String),
 }
 
-/// Decides for one job. `present` lists the GPU types the cluster has (catalog index, the most
-/// GPUs of that type on one node); the decision never names another type, nor one without a
-/// node big enough for the job, so the rewrite cannot make Slurm reject a job its user's own
-/// request would have run.
-/// `batch` is false for srun/salloc allocations: their job steps ask again for the GRES the user
-/// gave, so a `gpu` request must stay a `gpu` request (heshare picks the type, not a share).
-pub fn decide(
-    cfg: &Config,
-    present: &[(usize, u32)],
-    ask: Option<&GpuAsk>,
-    opts: &Options,
-    user: &str,
-    batch: bool,
-) -> Verdict {
-    decide_with(
-        cfg,
-        present,
-        ask,
-        opts,
-        user,
-        batch,
-        &mut PlaceContext::default(),
-    )
+/// Decides for one job with a fresh placement context.
+pub fn decide(cfg: &Config, site: &Site, live: Live<'_>, sub: &Submission<'_>) -> Verdict {
+    decide_with(cfg, site, live, sub, &mut PlaceContext::default())
 }
 
-/// `decide` with sharing plans remembered in `ctx` between calls (the plugin keeps one per
-/// loaded config).
+/// Decides for one job. The decision only names GPU types `site` has, with a node big enough
+/// for the job, so the rewrite cannot make Slurm reject a job its user's own request would have
+/// run. `ctx` keeps sharing plans between calls (the plugin keeps one per loaded config).
 pub fn decide_with(
     cfg: &Config,
-    present: &[(usize, u32)],
-    ask: Option<&GpuAsk>,
-    opts: &Options,
-    user: &str,
-    batch: bool,
+    site: &Site,
+    live: Live<'_>,
+    sub: &Submission<'_>,
     ctx: &mut PlaceContext,
 ) -> Verdict {
-    let Some(ask) = ask else {
+    let opts = sub.opts;
+    let Some(ask) = sub.ask else {
         return if opts.gpu_share.is_some() || opts.gpu_class.is_some() {
             Verdict::Reject("heshare: --gpu-share/--gpu-class need a GPU request (--gres=gpu:N or --gres=mps:PCT)".into())
         } else {
@@ -202,33 +310,29 @@ pub fn decide_with(
                 .into(),
         );
     }
+    // The share the GRES itself asks for: what the job gets without heshare's options, and the
+    // priority adjustment's yardstick.
+    let asked = match ask.mps_pct {
+        Some(p) => match u8::try_from(p).ok().and_then(SharePct::new) {
+            Some(s) => ShareRequest::Pct(s),
+            None => return Verdict::PassThrough,
+        },
+        None => ShareRequest::Exclusive,
+    };
     let share = match opts
         .gpu_share
         .as_deref()
-        .filter(|_| batch || ask.mps_pct.is_some())
+        .filter(|_| sub.batch || ask.mps_pct.is_some())
     {
         Some(s) => match crate::cli::parse_share(s) {
             Ok(r) => r,
             Err(e) => return Verdict::Reject(format!("heshare: --gpu-share: {e}")),
         },
-        None => match ask.mps_pct {
-            Some(p) => match u8::try_from(p).ok().and_then(SharePct::new) {
-                Some(s) => ShareRequest::Pct(s),
-                None => return Verdict::PassThrough,
-            },
-            None => ShareRequest::Exclusive,
-        },
+        None => asked,
     };
-    let energy_policy = match opts.energy_policy.as_deref() {
-        None => None,
-        Some("performance") => Some(EnergyPolicy::Performance),
-        Some("balanced") => Some(EnergyPolicy::Balanced),
-        Some("energy") => Some(EnergyPolicy::Energy),
-        Some(other) => {
-            return Verdict::Reject(format!(
-                "heshare: --energy-policy: \"{other}\" is not performance, balanced or energy"
-            ));
-        }
+    let energy_policy = match parse_energy_policy(opts.energy_policy.as_deref()) {
+        Ok(p) => p,
+        Err(e) => return Verdict::Reject(e),
     };
     let Some(class) = opts.gpu_class.clone() else {
         return Verdict::Annotate("heshare: no --gpu-class, request left as asked".into());
@@ -239,104 +343,367 @@ pub fn decide_with(
             "heshare: --gpu-class: unknown class \"{class}\" (known: {known})"
         ));
     }
-    // Types with a node that holds the whole request.
-    let fits: Vec<usize> = present
+    let fits: Vec<usize> = site
+        .present
         .iter()
         .filter(|&&(_, n)| n >= ask.gpus)
         .map(|&(t, _)| t)
         .collect();
-    let mut allowed: Vec<String> = fits
-        .iter()
-        .map(|&t| cfg.gpu_types[t].name.clone())
-        .collect();
-    if let Some(t) = &ask.gpu_type {
-        match cfg.resolve_gpu_type(t) {
-            Some(i) if fits.contains(&i) => allowed = vec![cfg.gpu_types[i].name.clone()],
-            Some(i) if present.iter().any(|&(p, _)| p == i) => {
-                return Verdict::Annotate(format!(
-                    "heshare: no node has {} {t} GPUs, request left as asked",
-                    ask.gpus
-                ));
-            }
-            // A type heshare does not know: leave the user's request to Slurm.
-            _ => {
-                return Verdict::Annotate(format!(
-                    "heshare: GPU type \"{t}\" is not in the catalog, request left as asked"
-                ));
-            }
-        }
-    }
-    if allowed.is_empty() {
-        return Verdict::Annotate(format!(
-            "heshare: no node has {} GPUs of one type, request left as asked",
-            ask.gpus
-        ));
-    }
-    let view = ClusterView {
-        gpus: ClusterView::idle_types(cfg)
-            .gpus
-            .into_iter()
-            .filter(|g| fits.contains(&g.gpu_type))
-            .collect(),
+    let allowed = match allowed_types(cfg, site, ask, &fits) {
+        Ok(a) => a,
+        Err(note) => return Verdict::Annotate(note),
     };
     let req = JobRequest {
         class: class.clone(),
         gpus: ask.gpus,
         share,
-        user: user.to_owned(),
-        gpu_types: allowed,
+        user: sub.user.to_owned(),
+        gpu_types: allowed
+            .iter()
+            .map(|&t| cfg.gpu_types[t].name.clone())
+            .collect(),
         energy_policy,
+        time_limit_s: sub.time_limit_s,
+        reference_share: Some(asked),
     };
-    match place_with(cfg, &view, &req, ctx) {
-        Ok(plan) => Verdict::Rewrite(rewrite(ask, &plan, &class)),
-        Err(e) => Verdict::Reject(format!("heshare: {e}")),
+    let plan = match place_on(cfg, live, &req, &fits, ctx) {
+        Ok(p) => p,
+        Err(e) => return Verdict::Reject(format!("heshare: {e}")),
+    };
+    let feature_types = live
+        .fresh()
+        .map_or(&site.feature_types, |s| &s.feature_types);
+    let own_constraint = sub.features.is_some_and(|f| !f.trim().is_empty())
+        || sub.prefer.is_some_and(|f| !f.trim().is_empty());
+    // The user's own type and constraint are never rewritten into a feature expression.
+    let typed = own_constraint || ask.gpu_type.is_some();
+    let offered = offer(cfg, &plan, feature_types, typed);
+    let by_feature = !typed && offered.iter().all(|&t| feature_types.get(t) == Some(&true));
+    Verdict::Rewrite(rewrite(
+        cfg,
+        ask,
+        &plan,
+        &class,
+        &offered,
+        by_feature,
+        live,
+        energy_policy,
+    ))
+}
+
+fn parse_energy_policy(p: Option<&str>) -> Result<Option<EnergyPolicy>, String> {
+    match p {
+        None => Ok(None),
+        Some("performance") => Ok(Some(EnergyPolicy::Performance)),
+        Some("balanced") => Ok(Some(EnergyPolicy::Balanced)),
+        Some("energy") => Ok(Some(EnergyPolicy::Energy)),
+        Some(other) => Err(format!(
+            "heshare: --energy-policy: \"{other}\" is not performance, balanced or energy"
+        )),
     }
 }
 
-fn rewrite(ask: &GpuAsk, plan: &Plan, class: &str) -> Rewrite {
+/// The types the job may be placed on: those with a node big enough, narrowed to the user's own
+/// type if they named one. `Err`: a note for a request left as asked.
+fn allowed_types(
+    cfg: &Config,
+    site: &Site,
+    ask: &GpuAsk,
+    fits: &[usize],
+) -> Result<Vec<usize>, String> {
+    if let Some(t) = &ask.gpu_type {
+        return match cfg.resolve_gpu_type(t) {
+            Some(i) if fits.contains(&i) => Ok(vec![i]),
+            Some(i) if site.present.iter().any(|&(p, _)| p == i) => Err(format!(
+                "heshare: no node has {} {t} GPUs, request left as asked",
+                ask.gpus
+            )),
+            // A type heshare does not know: leave the user's request to Slurm.
+            _ => Err(format!(
+                "heshare: GPU type \"{t}\" is not in the catalog, request left as asked"
+            )),
+        };
+    }
+    if fits.is_empty() {
+        return Err(format!(
+            "heshare: no node has {} GPUs of one type, request left as asked",
+            ask.gpus
+        ));
+    }
+    Ok(fits.to_vec())
+}
+
+/// Places `req` on the fresh snapshot (the GPUs Slurm would hand it, with the queues) or, without
+/// one, on one idle GPU per type that fits.
+fn place_on(
+    cfg: &Config,
+    live: Live<'_>,
+    req: &JobRequest,
+    fits: &[usize],
+    ctx: &mut PlaceContext,
+) -> Result<Plan, crate::policy::PlacementError> {
+    match live.fresh() {
+        Some(snap) => {
+            let class = cfg.class(&req.class);
+            let reference = &cfg.gpu_types[cfg.reference_gpu];
+            let step = cfg.policy.mps_share_step_pct;
+            let share = |t: usize| -> Option<u8> {
+                let gpu = &cfg.gpu_types[t];
+                if !gpu.mps || req.gpus != 1 {
+                    return None;
+                }
+                match req.share {
+                    ShareRequest::Exclusive => None,
+                    ShareRequest::Pct(p) => Some(p.get()),
+                    ShareRequest::Auto => {
+                        class.map(|c| full_speed_share(c, gpu, reference, step).get())
+                    }
+                }
+            };
+            let slots: Vec<&GpuSlot> = snap
+                .slots_for(req.gpus, share)
+                .into_iter()
+                .filter(|g| fits.contains(&g.gpu_type))
+                .collect();
+            place_slots(cfg, &slots, &snap.view.queues, req, ctx)
+        }
+        None => {
+            let view = ClusterView::idle_types(cfg);
+            let slots: Vec<&GpuSlot> = view
+                .gpus
+                .iter()
+                .filter(|g| fits.contains(&g.gpu_type))
+                .collect();
+            place_slots(cfg, &slots, &[], req, ctx)
+        }
+    }
+}
+
+/// The types to offer Slurm, best first: the decision's offer narrowed to types nodes carry as
+/// features (an OR of features is the only way to say "any of these"), or the best type alone.
+fn offer(cfg: &Config, plan: &Plan, feature_types: &[bool], single: bool) -> Vec<usize> {
     let d = &plan.decision;
-    let sep = match ask.form {
-        TresForm::Colon => "gres:",
-        TresForm::Slash => "gres/",
+    let types: Vec<usize> = d.offered.iter().filter_map(|n| cfg.gpu_type(n)).collect();
+    let Some(&best) = types.first() else {
+        return vec![];
+    };
+    let usable = |t: usize| feature_types.get(t).copied().unwrap_or(false);
+    if single || !usable(best) {
+        return vec![best];
+    }
+    types.into_iter().filter(|&t| usable(t)).collect()
+}
+
+/// The job description change. `by_feature`: untyped GRES constrained to the offered types by
+/// node features (else the GRES names the one type offered).
+#[allow(clippy::too_many_arguments)]
+fn rewrite(
+    cfg: &Config,
+    ask: &GpuAsk,
+    plan: &Plan,
+    class: &str,
+    offered: &[usize],
+    by_feature: bool,
+    live: Live<'_>,
+    policy: Option<EnergyPolicy>,
+) -> Rewrite {
+    let d = &plan.decision;
+    let sep = ask.form.prefix();
+    let names: Vec<&str> = offered
+        .iter()
+        .map(|&t| cfg.gpu_types[t].name.as_str())
+        .collect();
+    let many = names.len() > 1;
+    let typed = if by_feature {
+        String::new()
+    } else {
+        format!("{}:", d.gpu_type)
+    };
+    // Offered one type, the share is the one planned for it; several, the largest any needs.
+    let share_pct = if many {
+        d.offered_share_pct
+    } else {
+        d.share_pct
     };
     let gres = if d.exclusive {
-        format!("{sep}gpu:{}:{}", d.gpu_type, d.gpus)
+        format!("{sep}gpu:{typed}{}", d.gpus)
     } else {
-        format!("{sep}mps:{}:{}", d.gpu_type, d.share_pct)
+        format!("{sep}mps:{typed}{share_pct}")
     };
-    let tres_per_node = std::iter::once(gres)
+    let tres = std::iter::once(gres)
         .chain(ask.others.iter().cloned())
         .collect::<Vec<_>>()
         .join(",");
     let share = if d.exclusive {
         "exclusive".to_owned()
     } else {
-        d.share_pct.to_string()
+        share_pct.to_string()
     };
     // admin_comment is one line in scontrol's output: the reason's first clause, plain text.
     let first = d.reason.split("; ").next().unwrap_or(&d.reason);
     let reason: String = first
         .chars()
-        .filter(|c| !c.is_control())
-        .take(200)
+        .filter(|c| !c.is_control() && *c != '|')
+        .take(240)
         .collect();
+    let policy = match policy {
+        Some(EnergyPolicy::Performance) => "performance",
+        Some(EnergyPolicy::Energy) => "energy",
+        Some(EnergyPolicy::Balanced) | None => "balanced",
+    };
+    let types = names.join("|");
+    let prefer_note = if many {
+        format!(" prefer={}", d.gpu_type)
+    } else {
+        String::new()
+    };
+    let mut spank_env = vec![
+        format!("HESHARE_CLASS={class}"),
+        format!("HESHARE_GPU_TYPES={}", names.join(",")),
+        format!("HESHARE_SHARE={share}"),
+        format!("HESHARE_BOUND={}", d.slowdown_bound),
+        format!("HESHARE_PRED_RUNTIME_S={:.0}", d.predicted_runtime_s),
+        format!("HESHARE_PRED_ENERGY_J={:.0}", d.predicted_energy_j),
+    ];
+    if !many {
+        // With several types the node knows which one the job landed on; the clock is the node
+        // helper's to choose for whatever shares the GPU.
+        spank_env.push(format!("HESHARE_GPU_TYPE={}", d.gpu_type));
+        spank_env.push(format!("HESHARE_SM_CLOCK_MHZ={}", d.sm_clock_mhz));
+    }
     Rewrite {
-        tres_per_node,
+        tres,
         per_job: ask.per_job,
+        features: by_feature.then(|| types.clone()),
+        prefer: (by_feature && many).then(|| d.gpu_type.clone()),
         nice: d.nice,
         admin_comment: format!(
-            "heshare: type={} share={share} clock={} reason={reason}",
-            d.gpu_type, d.sm_clock_mhz
+            "heshare: type={types}{prefer_note} share={share} clock={} class={class} policy={policy} {} reason={reason}",
+            d.sm_clock_mhz,
+            live.describe()
         ),
-        spank_env: vec![
-            format!("HESHARE_CLASS={class}"),
-            format!("HESHARE_GPU_TYPE={}", d.gpu_type),
-            format!("HESHARE_SHARE={share}"),
-            format!("HESHARE_SM_CLOCK_MHZ={}", d.sm_clock_mhz),
-            format!("HESHARE_BOUND={}", d.slowdown_bound),
-            format!("HESHARE_PRED_RUNTIME_S={:.0}", d.predicted_runtime_s),
-            format!("HESHARE_PRED_ENERGY_J={:.0}", d.predicted_energy_j),
-        ],
+        spank_env,
+        offered: offered.to_vec(),
+        gpus: d.gpus,
+        mps_pct: (!d.exclusive).then_some(share_pct),
+    }
+}
+
+/// AdminComment with heshare's part replaced or appended: what an admin or an earlier
+/// job_submit plugin wrote stays. Parts are separated by " | ".
+pub fn merge_admin_comment(existing: Option<&str>, ours: &str) -> String {
+    let mut parts: Vec<&str> = existing
+        .unwrap_or("")
+        .split(" | ")
+        .map(str::trim)
+        .filter(|p| !p.is_empty() && !p.starts_with("heshare:"))
+        .collect();
+    parts.push(ours);
+    parts.join(" | ")
+}
+
+/// What the snapshot thread knows of a pending job heshare placed (from Slurm's job table and the
+/// job's AdminComment), enough to place it again.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PendingJob {
+    pub class: String,
+    pub user: String,
+    pub gpus: u32,
+    pub mps_pct: Option<u8>,
+    pub energy_policy: Option<EnergyPolicy>,
+    pub time_limit_s: Option<f64>,
+    /// The types its features offer now, best first (a job whose GRES names a type is not a
+    /// pending job heshare can move).
+    pub offered: Vec<usize>,
+    pub form: TresForm,
+}
+
+/// Reads heshare's part of an AdminComment back: class, energy policy, offered types (best
+/// first). `None` if heshare did not place the job.
+pub fn read_admin_comment(
+    cfg: &Config,
+    comment: &str,
+) -> Option<(String, Option<EnergyPolicy>, Vec<usize>)> {
+    let ours = comment
+        .split(" | ")
+        .map(str::trim)
+        .find(|p| p.starts_with("heshare: type="))?;
+    let mut class = None;
+    let mut policy = None;
+    let mut types = Vec::new();
+    let mut prefer = None;
+    for w in ours.split_whitespace() {
+        if let Some(v) = w.strip_prefix("class=") {
+            class = Some(v.to_owned());
+        } else if let Some(v) = w.strip_prefix("policy=") {
+            policy = parse_energy_policy(Some(v)).ok().flatten();
+        } else if let Some(v) = w.strip_prefix("type=") {
+            types = v.split('|').filter_map(|t| cfg.gpu_type(t)).collect();
+        } else if let Some(v) = w.strip_prefix("prefer=") {
+            prefer = cfg.gpu_type(v);
+        } else if w.starts_with("reason=") {
+            break;
+        }
+    }
+    if let Some(p) = prefer {
+        types.retain(|&t| t != p);
+        types.insert(0, p);
+    }
+    Some((class?, policy, types))
+}
+
+/// Re-decides a pending job on a newer view. `Some` when the types it should be offered differ
+/// from those it is offered now (a set or a best type that changed), with the rewrite to apply:
+/// its features and preference only. The share size and the kind of request (whole GPUs or a
+/// share) stay as Slurm holds them, and a job whose GRES names its type is never moved.
+pub fn reroute(
+    cfg: &Config,
+    site: &Site,
+    live: Live<'_>,
+    job: &PendingJob,
+    ctx: &mut PlaceContext,
+) -> Option<Rewrite> {
+    live.fresh()?;
+    let ask = GpuAsk {
+        gpus: job.gpus,
+        gpu_type: None,
+        mps_pct: job.mps_pct.map(u32::from),
+        form: job.form,
+        others: vec![],
+        per_job: false,
+    };
+    let opts = Options {
+        gpu_share: Some(match job.mps_pct {
+            Some(p) => p.to_string(),
+            None => "exclusive".into(),
+        }),
+        gpu_class: Some(job.class.clone()),
+        energy_policy: job.energy_policy.map(|p| {
+            match p {
+                EnergyPolicy::Performance => "performance",
+                EnergyPolicy::Balanced => "balanced",
+                EnergyPolicy::Energy => "energy",
+            }
+            .to_owned()
+        }),
+    };
+    let sub = Submission {
+        time_limit_s: job.time_limit_s,
+        ..Submission::new(Some(&ask), &opts, &job.user)
+    };
+    match decide_with(cfg, site, live, &sub, ctx) {
+        Verdict::Rewrite(r) if r.features.is_some() => {
+            let same_set = {
+                let mut a = r.offered.clone();
+                let mut b = job.offered.clone();
+                a.sort_unstable();
+                b.sort_unstable();
+                a == b
+            };
+            let same_best = r.offered.first() == job.offered.first();
+            (!(same_set && same_best)).then_some(r)
+        }
+        _ => None,
     }
 }
 
@@ -344,17 +711,45 @@ fn rewrite(ask: &GpuAsk, plan: &Plan, class: &str) -> Rewrite {
 mod tests {
     use super::*;
     use crate::cli::BUNDLED_CONFIG;
+    use crate::policy::PlacedJob;
+    use crate::slurm::snapshot::{Holding, NodeInfo};
     use std::path::Path;
 
     fn cfg() -> Config {
         Config::parse(BUNDLED_CONFIG, Path::new("h.toml")).expect("valid")
     }
 
-    fn present(cfg: &Config, names: &[&str]) -> Vec<(usize, u32)> {
-        names
-            .iter()
-            .map(|n| (cfg.gpu_type(n).expect("catalog type"), 2))
-            .collect()
+    /// A site with `names` on nodes of two GPUs, none carrying its type as a feature.
+    fn site(cfg: &Config, names: &[&str]) -> Site {
+        Site {
+            present: names
+                .iter()
+                .map(|n| (cfg.gpu_type(n).expect("catalog type"), 2))
+                .collect(),
+            feature_types: vec![false; cfg.gpu_types.len()],
+        }
+    }
+
+    fn with_features(mut s: Site) -> Site {
+        for &(t, _) in &s.present {
+            s.feature_types[t] = true;
+        }
+        s
+    }
+
+    fn opts(class: &str, share: Option<&str>) -> Options {
+        Options {
+            gpu_share: share.map(str::to_owned),
+            gpu_class: Some(class.to_owned()),
+            energy_policy: None,
+        }
+    }
+
+    fn rewrite_of(v: Verdict) -> Rewrite {
+        match v {
+            Verdict::Rewrite(r) => r,
+            other => panic!("expected a rewrite, got {other:?}"),
+        }
     }
 
     #[test]
@@ -377,35 +772,50 @@ mod tests {
         assert_eq!(parse_tres_per_node(Some("")), Ok(None));
         assert_eq!(parse_tres_per_node(None), Ok(None));
         assert_eq!(parse_tres_per_node(Some("gres:shard:2")), Ok(None));
-        assert!(parse_tres_per_node(Some("gres:gpu:lots")).is_err());
+        assert!(matches!(
+            parse_tres_per_node(Some("gres:gpu:lots")),
+            Err(AskError::Unreadable(_))
+        ));
+    }
+
+    /// Regression: `--gres=gpu:a100:1,gpu:t4:1` was rewritten to one t4, dropping the a100.
+    #[test]
+    fn two_gpu_entries_are_left_as_asked_with_a_reason() {
+        let cfg = cfg();
+        let e = parse_tres_per_node(Some("gres:gpu:a100:1,gres:gpu:t4:1"))
+            .expect_err("two GPU entries");
+        let AskError::Inexpressible(why) = e else {
+            panic!("{e:?}")
+        };
+        assert!(why.contains("2 GPU entries"), "{why}");
+        assert!(matches!(
+            parse_tres_per_node(Some("gres:gpu:1;gres:mps:30")),
+            Err(AskError::Inexpressible(_))
+        ));
+        let _ = cfg;
     }
 
     #[test]
     fn gpus_per_job_become_whole_gpus_of_the_chosen_type() {
         let cfg = cfg();
-        let here = present(&cfg, &["a100", "t4"]);
+        let here = site(&cfg, &["a100", "t4"]);
         let ask = parse_gpu_request(None, Some("gres:gpu:2"))
             .expect("ok")
             .expect("gpus");
         assert!(ask.per_job);
-        let opts = Options {
-            gpu_class: Some("bert-train".into()),
-            ..Options::default()
-        };
-        let Verdict::Rewrite(r) = decide(&cfg, &here, Some(&ask), &opts, "u", true) else {
-            panic!("expected a rewrite")
-        };
-        assert_eq!(
-            (r.tres_per_node.as_str(), r.per_job),
-            ("gres:gpu:a100:2", true)
-        );
-        let share = Options {
-            gpu_share: Some("auto".into()),
-            ..opts
-        };
-        assert!(
-            matches!(decide(&cfg, &here, Some(&ask), &share, "u", true), Verdict::Reject(m) if m.contains("--gres=gpu:1"))
-        );
+        let o = opts("bert-train", None);
+        let r = rewrite_of(decide(
+            &cfg,
+            &here,
+            Live::NONE,
+            &Submission::new(Some(&ask), &o, "u"),
+        ));
+        assert_eq!((r.tres.as_str(), r.per_job), ("gres:gpu:a100:2", true));
+        let share = opts("bert-train", Some("auto"));
+        assert!(matches!(
+            decide(&cfg, &here, Live::NONE, &Submission::new(Some(&ask), &share, "u")),
+            Verdict::Reject(m) if m.contains("--gres=gpu:1")
+        ));
         // --gres wins over --gpus, as in Slurm's own reading.
         let both = parse_gpu_request(Some("gres:gpu:t4:1"), Some("gres:gpu:2"))
             .expect("ok")
@@ -421,36 +831,30 @@ mod tests {
             "_SLURM_SPANK_OPTION_heshare_gpu_class=vit-infer",
             "_SLURM_SPANK_OPTION_other_x=1",
         ]);
-        assert_eq!(
-            o,
-            Options {
-                gpu_share: Some("auto".into()),
-                gpu_class: Some("vit-infer".into()),
-                energy_policy: None
-            }
-        );
+        assert_eq!(o, opts("vit-infer", Some("auto")));
     }
 
     #[test]
     fn small_inference_becomes_an_mps_share_on_a_present_type() {
         let cfg = cfg();
-        let here = present(&cfg, &["a100", "v100m16", "t4"]);
+        let here = site(&cfg, &["a100", "v100m16", "t4"]);
         let ask = parse_tres_per_node(Some("gres:gpu:1")).expect("ok");
-        let opts = Options {
-            gpu_share: Some("auto".into()),
-            gpu_class: Some("vit-infer".into()),
-            energy_policy: None,
-        };
-        let Verdict::Rewrite(r) = decide(&cfg, &here, ask.as_ref(), &opts, "alice", true) else {
-            panic!("expected a rewrite")
-        };
-        assert!(
-            r.tres_per_node.starts_with("gres:mps:t4:"),
-            "{}",
-            r.tres_per_node
-        );
+        let o = opts("vit-infer", Some("auto"));
+        let r = rewrite_of(decide(
+            &cfg,
+            &here,
+            Live::NONE,
+            &Submission::new(ask.as_ref(), &o, "alice"),
+        ));
+        assert!(r.tres.starts_with("gres:mps:t4:"), "{}", r.tres);
         assert!(
             r.admin_comment.starts_with("heshare: type=t4 share="),
+            "{}",
+            r.admin_comment
+        );
+        assert!(
+            r.admin_comment
+                .contains(" class=vit-infer policy=balanced snapshot=none reason="),
             "{}",
             r.admin_comment
         );
@@ -460,54 +864,75 @@ mod tests {
             r.admin_comment
         );
         assert!(r.spank_env.contains(&"HESHARE_CLASS=vit-infer".to_owned()));
-        assert!(r.nice <= 0);
+        assert!(r.spank_env.contains(&"HESHARE_GPU_TYPE=t4".to_owned()));
+        // Alone on its GPU a share costs what a whole GPU does: no adjustment.
+        assert_eq!(r.nice, 0);
+        // The same job without --gpu-share keeps whole GPUs and its priority.
+        let plain = opts("vit-infer", None);
+        let r = rewrite_of(decide(
+            &cfg,
+            &here,
+            Live::NONE,
+            &Submission::new(ask.as_ref(), &plain, "alice"),
+        ));
+        assert!(r.tres.starts_with("gres:gpu:"), "{}", r.tres);
+        assert_eq!(r.nice, 0, "a class alone is no queue jump");
     }
 
     #[test]
     fn interactive_jobs_keep_gpu_requests_their_steps_can_match() {
         let cfg = cfg();
-        let here = present(&cfg, &["a100", "v100m16", "t4"]);
+        let here = site(&cfg, &["a100", "v100m16", "t4"]);
         let ask = parse_tres_per_node(Some("gres:gpu:1")).expect("ok");
-        let opts = Options {
-            gpu_share: Some("auto".into()),
-            gpu_class: Some("vit-infer".into()),
-            energy_policy: None,
+        let o = opts("vit-infer", Some("auto"));
+        let sub = Submission {
+            batch: false,
+            ..Submission::new(ask.as_ref(), &o, "u")
         };
-        let Verdict::Rewrite(r) = decide(&cfg, &here, ask.as_ref(), &opts, "u", false) else {
-            panic!("expected a rewrite")
-        };
+        let r = rewrite_of(decide(&cfg, &here, Live::NONE, &sub));
         assert!(
-            r.tres_per_node.starts_with("gres:gpu:"),
+            r.tres.starts_with("gres:gpu:"),
             "srun's step asks for gpu, so the job keeps gpu: {}",
-            r.tres_per_node
+            r.tres
         );
+        assert_eq!(r.nice, 0);
     }
 
     #[test]
     fn training_gets_whole_gpus_and_never_a_type_the_cluster_lacks() {
         let cfg = cfg();
-        let here = present(&cfg, &["a100", "v100m16", "t4"]);
+        let here = site(&cfg, &["a100", "v100m16", "t4"]);
         let ask = parse_tres_per_node(Some("gres:gpu:2")).expect("ok");
-        let opts = Options {
-            gpu_class: Some("bert-train".into()),
-            ..Options::default()
-        };
-        let Verdict::Rewrite(r) = decide(&cfg, &here, ask.as_ref(), &opts, "bob", true) else {
-            panic!("expected a rewrite")
-        };
+        let o = opts("bert-train", None);
+        let r = rewrite_of(decide(
+            &cfg,
+            &here,
+            Live::NONE,
+            &Submission::new(ask.as_ref(), &o, "bob"),
+        ));
         // h100 is the catalog's best, but this cluster has none.
-        assert_eq!(r.tres_per_node, "gres:gpu:a100:2");
+        assert_eq!(r.tres, "gres:gpu:a100:2");
         // Nor a type without a node big enough: four GPUs fit only where a node has four.
         let mut bigger = here.clone();
-        bigger.push((cfg.gpu_type("p100").expect("p100"), 4));
+        bigger
+            .present
+            .push((cfg.gpu_type("p100").expect("p100"), 4));
         let four = parse_tres_per_node(Some("gres:gpu:4")).expect("ok");
-        let Verdict::Rewrite(r) = decide(&cfg, &bigger, four.as_ref(), &opts, "bob", true) else {
-            panic!("expected a rewrite")
-        };
-        assert_eq!(r.tres_per_node, "gres:gpu:p100:4");
+        let r = rewrite_of(decide(
+            &cfg,
+            &bigger,
+            Live::NONE,
+            &Submission::new(four.as_ref(), &o, "bob"),
+        ));
+        assert_eq!(r.tres, "gres:gpu:p100:4");
         let eight = parse_tres_per_node(Some("gres:gpu:8")).expect("ok");
         assert!(matches!(
-            decide(&cfg, &bigger, eight.as_ref(), &opts, "bob", true),
+            decide(
+                &cfg,
+                &bigger,
+                Live::NONE,
+                &Submission::new(eight.as_ref(), &o, "bob")
+            ),
             Verdict::Annotate(_)
         ));
     }
@@ -515,56 +940,380 @@ mod tests {
     #[test]
     fn bad_options_are_rejected_and_plain_jobs_pass() {
         let cfg = cfg();
-        let here = present(&cfg, &["t4"]);
+        let here = site(&cfg, &["t4"]);
         let ask = parse_tres_per_node(Some("gres:gpu:1")).expect("ok");
-        let bad = |o: Options| match decide(&cfg, &here, ask.as_ref(), &o, "u", true) {
+        let bad = |o: Options| match decide(
+            &cfg,
+            &here,
+            Live::NONE,
+            &Submission::new(ask.as_ref(), &o, "u"),
+        ) {
             Verdict::Reject(m) => m,
             v => panic!("expected a rejection, got {v:?}"),
         };
-        assert!(
-            bad(Options {
-                gpu_class: Some("nope".into()),
-                ..Options::default()
-            })
-            .contains("unknown class \"nope\"")
-        );
-        assert!(
-            bad(Options {
-                gpu_share: Some("0".into()),
-                gpu_class: Some("vit-infer".into()),
-                ..Options::default()
-            })
-            .contains("--gpu-share")
-        );
+        assert!(bad(opts("nope", None)).contains("unknown class \"nope\""));
+        assert!(bad(opts("vit-infer", Some("0"))).contains("--gpu-share"));
         assert!(
             bad(Options {
                 energy_policy: Some("green".into()),
-                gpu_class: Some("vit-infer".into()),
-                ..Options::default()
+                ..opts("vit-infer", None)
             })
             .contains("--energy-policy")
         );
+        let none = Options::default();
         assert_eq!(
-            decide(&cfg, &here, None, &Options::default(), "u", true),
+            decide(&cfg, &here, Live::NONE, &Submission::new(None, &none, "u")),
             Verdict::PassThrough
         );
-        assert!(matches!(
-            decide(&cfg, &here, ask.as_ref(), &Options::default(), "u", true),
-            Verdict::Annotate(_)
-        ));
         assert!(matches!(
             decide(
                 &cfg,
                 &here,
-                None,
-                &Options {
-                    gpu_class: Some("vit-infer".into()),
-                    ..Options::default()
-                },
-                "u",
-                true
+                Live::NONE,
+                &Submission::new(ask.as_ref(), &none, "u")
+            ),
+            Verdict::Annotate(_)
+        ));
+        let class_only = opts("vit-infer", None);
+        assert!(matches!(
+            decide(
+                &cfg,
+                &here,
+                Live::NONE,
+                &Submission::new(None, &class_only, "u")
             ),
             Verdict::Reject(_)
         ));
+    }
+
+    /// The local test cluster's shape: ha100 (2 x a100), hv100 (2 x v100m16), ht4 (4 x t4), each
+    /// node carrying its GPU type as a feature.
+    fn local_nodes(cfg: &Config) -> Vec<NodeInfo> {
+        [
+            ("ha100", "a100", 2),
+            ("hv100", "v100m16", 2),
+            ("ht4", "t4", 4),
+        ]
+        .into_iter()
+        .map(|(n, t, k)| NodeInfo {
+            name: n.into(),
+            features: vec![t.into()],
+            gpus: (0..k)
+                .map(|i| (i, cfg.gpu_type(t).expect("type")))
+                .collect(),
+        })
+        .collect()
+    }
+
+    fn hold(node: &str, index: u32, user: &str, frees_in_s: f64) -> Holding {
+        Holding {
+            node: node.into(),
+            gpu_index: index,
+            job: PlacedJob {
+                class: 0,
+                share: SharePct::FULL,
+                user: user.into(),
+                exclusive: true,
+            },
+            frees_in_s,
+            hold_s: frees_in_s,
+        }
+    }
+
+    fn local_site(cfg: &Config) -> Site {
+        with_features(site(cfg, &["a100", "v100m16"]))
+            .tap(|s| s.present.push((cfg.gpu_type("t4").expect("t4"), 4)))
+    }
+
+    trait Tap: Sized {
+        fn tap(mut self, f: impl FnOnce(&mut Self)) -> Self {
+            f(&mut self);
+            self
+        }
+    }
+    impl Tap for Site {}
+
+    #[test]
+    fn with_the_best_type_held_a_job_goes_elsewhere_at_once_or_says_why_it_waits() {
+        let cfg = cfg();
+        let site = local_site(&cfg);
+        let nodes = local_nodes(&cfg);
+        let ask = parse_tres_per_node(Some("gres:gpu:1")).expect("ok");
+        let o = opts("bert-train", None);
+        let sub = Submission {
+            time_limit_s: Some(7200.0),
+            ..Submission::new(ask.as_ref(), &o, "1000")
+        };
+        // Idle cluster: an a100 (the best here) is offered first.
+        let idle = Snapshot::build(&cfg, 100.0, &nodes, &[], &[]);
+        let live = Live {
+            snapshot: Some(&idle),
+            now_s: 103.0,
+            max_age_s: 60.0,
+        };
+        let r = rewrite_of(decide(&cfg, &site, live, &sub));
+        assert_eq!(r.offered.first(), cfg.gpu_type("a100").as_ref());
+        assert!(
+            r.admin_comment.contains(" snapshot=3s "),
+            "{}",
+            r.admin_comment
+        );
+        // Both a100s held for two more days: not worth waiting for.
+        let held = Snapshot::build(
+            &cfg,
+            100.0,
+            &nodes,
+            &[
+                hold("ha100", 0, "2000", 172_800.0),
+                hold("ha100", 1, "2000", 172_800.0),
+            ],
+            &[],
+        );
+        let live = Live {
+            snapshot: Some(&held),
+            ..live
+        };
+        let r = rewrite_of(decide(&cfg, &site, live, &sub));
+        assert_ne!(r.offered.first(), cfg.gpu_type("a100").as_ref(), "{r:?}");
+        assert!(!r.offered.contains(&cfg.gpu_type("a100").expect("a100")));
+        // Both a100s free in a minute: waiting beats a slower type now, and the comment says so.
+        let soon = Snapshot::build(
+            &cfg,
+            100.0,
+            &nodes,
+            &[
+                hold("ha100", 0, "2000", 60.0),
+                hold("ha100", 1, "2000", 60.0),
+            ],
+            &[],
+        );
+        let live = Live {
+            snapshot: Some(&soon),
+            ..live
+        };
+        let r = rewrite_of(decide(&cfg, &site, live, &sub));
+        assert_eq!(r.offered.first(), cfg.gpu_type("a100").as_ref());
+        assert!(
+            r.admin_comment.contains("wait, which beats"),
+            "{}",
+            r.admin_comment
+        );
+        // A stale snapshot is not trusted.
+        let old = Live {
+            now_s: 1000.0,
+            ..live
+        };
+        let r = rewrite_of(decide(&cfg, &site, old, &sub));
+        assert!(
+            r.admin_comment.contains(" snapshot=stale:900s "),
+            "{}",
+            r.admin_comment
+        );
+    }
+
+    #[test]
+    fn a_share_beside_the_users_own_job_saves_energy_and_moves_the_job_forward() {
+        let cfg = cfg();
+        let site = local_site(&cfg);
+        let nodes = local_nodes(&cfg);
+        let vit = cfg
+            .classes
+            .iter()
+            .position(|c| c.name == "vit-infer")
+            .expect("vit");
+        let mine = Holding {
+            job: PlacedJob {
+                class: vit,
+                share: SharePct::new(35).expect("35"),
+                user: "1000".into(),
+                exclusive: false,
+            },
+            ..hold("ht4", 0, "1000", 3600.0)
+        };
+        let snap = Snapshot::build(&cfg, 0.0, &nodes, &[mine], &[]);
+        let live = Live {
+            snapshot: Some(&snap),
+            now_s: 0.0,
+            max_age_s: 60.0,
+        };
+        let ask = parse_tres_per_node(Some("gres:gpu:1")).expect("ok");
+        let auto = opts("vit-infer", Some("auto"));
+        let r = rewrite_of(decide(
+            &cfg,
+            &site,
+            live,
+            &Submission::new(ask.as_ref(), &auto, "1000"),
+        ));
+        assert!(r.mps_pct.is_some(), "{r:?}");
+        assert!(r.nice < 0, "sharing a GPU saves its idle power: {}", r.nice);
+        // Another user's job there: the share would wait for that user's MPS server, so heshare
+        // does not count on it.
+        let theirs = Holding {
+            job: PlacedJob {
+                user: "2000".into(),
+                ..mine_job(vit)
+            },
+            ..hold("ht4", 0, "2000", 3600.0)
+        };
+        let snap = Snapshot::build(&cfg, 0.0, &nodes, &[theirs], &[]);
+        let live = Live {
+            snapshot: Some(&snap),
+            ..live
+        };
+        let r = rewrite_of(decide(
+            &cfg,
+            &site,
+            live,
+            &Submission::new(ask.as_ref(), &auto, "1000"),
+        ));
+        assert!(r.nice >= 0, "{}", r.nice);
+    }
+
+    fn mine_job(class: usize) -> PlacedJob {
+        PlacedJob {
+            class,
+            share: SharePct::new(35).expect("35"),
+            user: "1000".into(),
+            exclusive: false,
+        }
+    }
+
+    #[test]
+    fn several_close_types_are_offered_through_features_and_prefer() {
+        // A wide margin, so that several types are offered on an idle cluster.
+        let mut cfg = cfg();
+        cfg.policy.offer_margin = 40.0;
+        let site = local_site(&cfg);
+        let nodes = local_nodes(&cfg);
+        let snap = Snapshot::build(&cfg, 0.0, &nodes, &[], &[]);
+        let live = Live {
+            snapshot: Some(&snap),
+            now_s: 0.0,
+            max_age_s: 60.0,
+        };
+        let ask = parse_tres_per_node(Some("gres:gpu:1")).expect("ok");
+        // Every class: whenever more than one type is offered, the strings say the same as the
+        // structured form, and a share keeps its bound on each type (it is the largest needed).
+        let mut multi = 0;
+        for c in &cfg.classes {
+            for share in [None, Some("auto")] {
+                let o = opts(&c.name, share);
+                let r = rewrite_of(decide(
+                    &cfg,
+                    &site,
+                    live,
+                    &Submission::new(ask.as_ref(), &o, "1000"),
+                ));
+                let back = parse_tres_per_node(Some(&r.tres))
+                    .expect("ok")
+                    .expect("gpu");
+                assert_eq!(
+                    back.mps_pct.and_then(|p| u8::try_from(p).ok()),
+                    r.mps_pct,
+                    "{}",
+                    r.tres
+                );
+                // Nodes carry their types as features: the GRES is untyped, the features say which.
+                assert_eq!(back.gpu_type, None, "{}", r.tres);
+                let f = r.features.as_deref().expect("features");
+                assert_eq!(crate::slurm::snapshot::constraint_types(&cfg, f), r.offered);
+                if r.offered.len() > 1 {
+                    multi += 1;
+                    assert_eq!(
+                        r.prefer.as_deref(),
+                        Some(cfg.gpu_types[r.offered[0]].name.as_str())
+                    );
+                    assert!(r.admin_comment.contains(" prefer="), "{}", r.admin_comment);
+                } else {
+                    assert_eq!(r.prefer, None);
+                }
+            }
+        }
+        assert!(multi > 0, "no class was offered several types");
+        // The user's own constraint is never overwritten: one type, typed.
+        let o = opts("bert-train", None);
+        let sub = Submission {
+            features: Some("ib"),
+            ..Submission::new(ask.as_ref(), &o, "1000")
+        };
+        let r = rewrite_of(decide(&cfg, &site, live, &sub));
+        assert_eq!(r.offered.len(), 1);
+        assert_eq!(r.features, None);
+        let back = parse_tres_per_node(Some(&r.tres))
+            .expect("ok")
+            .expect("gpu");
+        assert_eq!(
+            back.gpu_type.as_deref(),
+            Some(cfg.gpu_types[r.offered[0]].name.as_str())
+        );
+    }
+
+    #[test]
+    fn admin_comments_keep_what_others_wrote_and_read_back() {
+        assert_eq!(merge_admin_comment(None, "heshare: a"), "heshare: a");
+        assert_eq!(
+            merge_admin_comment(Some("site: billed to X"), "heshare: a"),
+            "site: billed to X | heshare: a"
+        );
+        assert_eq!(
+            merge_admin_comment(Some("site: X | heshare: old"), "heshare: new"),
+            "site: X | heshare: new"
+        );
+        let cfg = cfg();
+        let c = "site: X | heshare: type=a100|t4 prefer=t4 share=35 clock=300 class=vit-infer policy=energy snapshot=2s reason=35% MPS share of a t4";
+        let (class, policy, types) = read_admin_comment(&cfg, c).expect("heshare's");
+        assert_eq!(class, "vit-infer");
+        assert_eq!(policy, Some(EnergyPolicy::Energy));
+        let (a100, t4) = (
+            cfg.gpu_type("a100").expect("a100"),
+            cfg.gpu_type("t4").expect("t4"),
+        );
+        assert_eq!(types, vec![t4, a100]);
+        assert!(read_admin_comment(&cfg, "site: X").is_none());
+    }
+
+    #[test]
+    fn a_pending_job_is_moved_when_its_offer_goes_stale() {
+        let cfg = cfg();
+        let site = local_site(&cfg);
+        let nodes = local_nodes(&cfg);
+        let a100 = cfg.gpu_type("a100").expect("a100");
+        // Pending for the a100s, which are held for two days.
+        let held = Snapshot::build(
+            &cfg,
+            0.0,
+            &nodes,
+            &[
+                hold("ha100", 0, "2000", 172_800.0),
+                hold("ha100", 1, "2000", 172_800.0),
+            ],
+            &[],
+        );
+        let live = Live {
+            snapshot: Some(&held),
+            now_s: 0.0,
+            max_age_s: 60.0,
+        };
+        let job = PendingJob {
+            class: "bert-train".into(),
+            user: "1000".into(),
+            gpus: 1,
+            mps_pct: None,
+            energy_policy: None,
+            time_limit_s: Some(7200.0),
+            offered: vec![a100],
+            form: TresForm::Colon,
+        };
+        let mut ctx = PlaceContext::default();
+        let r = reroute(&cfg, &site, live, &job, &mut ctx).expect("moved");
+        assert!(!r.offered.contains(&a100));
+        // Re-deciding the new offer changes nothing: no churn.
+        let moved = PendingJob {
+            offered: r.offered.clone(),
+            ..job.clone()
+        };
+        assert_eq!(reroute(&cfg, &site, live, &moved, &mut ctx), None);
+        // Without a fresh snapshot nothing moves.
+        assert_eq!(reroute(&cfg, &site, Live::NONE, &job, &mut ctx), None);
     }
 }

@@ -35,7 +35,9 @@ impl Cluster {
         // Ports of our own so tests (and parallel runs) on one machine do not meet.
         let offset = match tag {
             "plain" => 0,
+            "live" => 5,
             "plugin" => 10,
+            "live-rpcq" => 15,
             "node" => 25,
             _ => 20,
         };
@@ -131,6 +133,56 @@ impl Cluster {
 
     pub fn slurmctld_pid(&self) -> String {
         self.read("run/slurmctld.pid").trim().to_owned()
+    }
+
+    /// Stops slurmctld with SIGTERM and starts it again on its saved state (the same
+    /// configuration and environment).
+    pub fn restart_ctld(&self) {
+        let o = self.script_cmd("restart-ctld");
+        assert!(
+            o.status.success(),
+            "restart-ctld: {}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+
+    /// Waits until `scontrol show job` satisfies `done` (60 s at most) and returns it.
+    pub fn wait_job(&self, job: &str, what: &str, done: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let show = self.slurm("scontrol", &["show", "job", job]);
+            if done(&show) {
+                return show;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "job {job}: still not {what} after 60 s:\n{show}"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// Waits until slurmctld's log has a line containing `needle` after the first `skip` bytes.
+    pub fn wait_log(&self, needle: &str, skip: usize) -> String {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let log = self.read("log/slurmctld.log");
+            if let Some(l) = log
+                .get(skip.min(log.len())..)
+                .unwrap_or("")
+                .lines()
+                .find(|l| l.contains(needle))
+            {
+                return l.to_owned();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no log line with {needle:?} after 60 s:\n{}",
+                log.get(skip.min(log.len())..).unwrap_or("")
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
     }
 
     pub fn stop(&self) {

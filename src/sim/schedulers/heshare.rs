@@ -92,6 +92,8 @@ impl Scheduler for Heshare {
                 .map(|&t| st.cfg.gpu_types[t].name.clone())
                 .collect(),
             energy_policy: None,
+            time_limit_s: None,
+            reference_share: None,
         };
         // One GPU per group of identical GPUs (or the idle ones for several whole GPUs): the
         // decision `place` makes on the whole view, without scanning six thousand GPUs.
@@ -107,7 +109,7 @@ impl Scheduler for Heshare {
                 .map(|g| &st.view.gpus[g])
                 .collect()
         };
-        let plan = place_slots(st.cfg, &slots, &req, &mut self.ctx).ok()?;
+        let plan = place_slots(st.cfg, &slots, &[], &req, &mut self.ctx).ok()?;
         let d = plan.decision;
         let node = *self.node_index.get(d.node.as_deref()?)?;
         if !node_fits_host(st, node, job) {

@@ -212,7 +212,6 @@ mod tests {
             if step % 20 == 0 {
                 for (class, gpus) in [("vit-infer", 1), ("bert-train", 1), ("resnet50-train", 2)] {
                     let req = JobRequest {
-                        class: class.into(),
                         gpus,
                         share: if gpus == 1 {
                             ShareRequest::Auto
@@ -220,8 +219,7 @@ mod tests {
                             ShareRequest::Exclusive
                         },
                         user: "u1".into(),
-                        gpu_types: vec![],
-                        energy_policy: None,
+                        ..JobRequest::new(class)
                     };
                     let slots: Vec<&GpuSlot> = if gpus == 1 {
                         groups
@@ -233,7 +231,7 @@ mod tests {
                         groups.idle().map(|i| &view.gpus[i]).collect()
                     };
                     let full = place(&cfg, &view, &req).map(|p| p.decision);
-                    let kept = place_slots(&cfg, &slots, &req, &mut ctx).map(|p| p.decision);
+                    let kept = place_slots(&cfg, &slots, &[], &req, &mut ctx).map(|p| p.decision);
                     match (full, kept) {
                         (Ok(a), Ok(b)) => {
                             assert_eq!(

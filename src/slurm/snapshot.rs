@@ -1,0 +1,557 @@
+//! The plugin's picture of the live cluster: which GPU of which node holds which jobs, what each
+//! GPU type's queue looks like, and which types a job may be offered through node features.
+//!
+//! Pure: the snapshot thread in slurmctld (`ffi`) reads Slurm's node and job tables and hands
+//! the plain records below to [`Snapshot::build`]; the simulator builds the same records from
+//! its own state. Both then decide with the same `request::decide` on the same [`Snapshot`].
+//! The GRES strings Slurm prints are parsed here too, in both of the forms Slurm versions use.
+
+use crate::config::Config;
+use crate::model::JobKind;
+use crate::policy::{ClusterView, GpuGroups, GpuSlot, PlacedJob, TypeQueue};
+
+/// One node: its name, its features, and its GPUs (index on the node, catalog type).
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeInfo {
+    pub name: String,
+    pub features: Vec<String>,
+    pub gpus: Vec<(u32, usize)>,
+}
+
+/// A running job's hold on one GPU.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Holding {
+    pub node: String,
+    pub gpu_index: u32,
+    pub job: PlacedJob,
+    /// Expected seconds until the job ends (time limit or predicted runtime, less elapsed).
+    pub frees_in_s: f64,
+    /// The job's whole expected hold (time limit or predicted runtime).
+    pub hold_s: f64,
+}
+
+/// A pending job's GPU demand.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Pending {
+    /// Catalog types it may run on; empty: any.
+    pub types: Vec<usize>,
+    /// GPUs it asks for (a share as its fraction).
+    pub gpus: f64,
+}
+
+/// What the plugin decides on.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    /// When it was taken, in the caller's clock (Unix seconds in slurmctld, simulated seconds in
+    /// the simulator).
+    pub taken_at_s: f64,
+    pub view: ClusterView,
+    pub groups: GpuGroups,
+    /// Per catalog type: whether a job may be offered it through a node-feature OR constraint
+    /// (every node with GPUs of the type has the type's name as a feature and no other GPU type).
+    pub feature_types: Vec<bool>,
+}
+
+impl Snapshot {
+    /// Builds the view, its groups and its queues. Holdings on GPUs the nodes do not list are
+    /// ignored (a node that left the table between the two reads).
+    pub fn build(
+        cfg: &Config,
+        taken_at_s: f64,
+        nodes: &[NodeInfo],
+        holdings: &[Holding],
+        pending: &[Pending],
+    ) -> Snapshot {
+        let types = cfg.gpu_types.len();
+        let mut view = ClusterView {
+            gpus: Vec::new(),
+            queues: vec![TypeQueue::default(); types],
+        };
+        let mut at: rustc_hash::FxHashMap<(&str, u32), usize> = rustc_hash::FxHashMap::default();
+        let mut feature_types = vec![true; types];
+        let mut present = vec![false; types];
+        for n in nodes {
+            let mut per_type = vec![0u32; types];
+            for &(index, t) in &n.gpus {
+                if t >= types {
+                    continue;
+                }
+                at.insert((n.name.as_str(), index), view.gpus.len());
+                view.gpus.push(GpuSlot {
+                    node: n.name.clone(),
+                    index,
+                    gpu_type: t,
+                    jobs: vec![],
+                });
+                per_type[t] += 1;
+            }
+            let kinds = per_type.iter().filter(|&&c| c > 0).count();
+            for (t, &c) in per_type.iter().enumerate().filter(|(_, c)| **c > 0) {
+                present[t] = true;
+                let q = &mut view.queues[t];
+                q.total_gpus += c;
+                q.max_gpus_per_node = q.max_gpus_per_node.max(c);
+                let name = &cfg.gpu_types[t].name;
+                if kinds > 1 || !n.features.iter().any(|f| f == name) {
+                    feature_types[t] = false;
+                }
+            }
+        }
+        for (t, ok) in feature_types.iter_mut().enumerate() {
+            *ok &= present[t];
+        }
+        let mut frees: Vec<f64> = vec![f64::NAN; view.gpus.len()];
+        let mut holds: Vec<Vec<f64>> = vec![Vec::new(); types];
+        for h in holdings {
+            let Some(&g) = at.get(&(h.node.as_str(), h.gpu_index)) else {
+                continue;
+            };
+            view.gpus[g].jobs.push(h.job.clone());
+            let left = h.frees_in_s.max(0.0);
+            frees[g] = if frees[g].is_nan() {
+                left
+            } else {
+                frees[g].max(left)
+            };
+            holds[view.gpus[g].gpu_type].push(h.hold_s.max(0.0));
+        }
+        for (g, slot) in view.gpus.iter().enumerate() {
+            let q = &mut view.queues[slot.gpu_type];
+            if slot.jobs.is_empty() {
+                q.idle_gpus += 1;
+            } else {
+                q.frees_in_s.push(frees[g]);
+            }
+        }
+        for (t, q) in view.queues.iter_mut().enumerate() {
+            q.frees_in_s.sort_by(f64::total_cmp);
+            #[allow(clippy::cast_precision_loss)]
+            let mean = holds[t].iter().sum::<f64>() / holds[t].len().max(1) as f64;
+            q.mean_hold_s = mean;
+        }
+        let present_types: Vec<usize> = (0..types).filter(|&t| present[t]).collect();
+        for p in pending {
+            let on: Vec<usize> = if p.types.is_empty() {
+                present_types.clone()
+            } else {
+                p.types
+                    .iter()
+                    .copied()
+                    .filter(|&t| t < types && present[t])
+                    .collect()
+            };
+            #[allow(clippy::cast_precision_loss)]
+            let part = p.gpus / on.len().max(1) as f64;
+            for t in on {
+                view.queues[t].pending_gpus += part;
+            }
+        }
+        let groups = GpuGroups::new(&view);
+        Snapshot {
+            taken_at_s,
+            view,
+            groups,
+            feature_types,
+        }
+    }
+
+    /// The GPUs Slurm would hand a one-GPU job of each type if it started now, which are the
+    /// ones placement should weigh: for a whole GPU the first idle GPU of the type in node order
+    /// (select/cons_tres first fit), for a share of `share_pct(type)` the first GPU with that
+    /// much MPS room, whoever holds it (gres/mps does not look at users). A job asking for several
+    /// GPUs sees every idle GPU (the node search needs them).
+    pub fn slots_for(&self, gpus: u32, share_pct: impl Fn(usize) -> Option<u8>) -> Vec<&GpuSlot> {
+        if gpus > 1 {
+            return self.groups.idle().map(|i| &self.view.gpus[i]).collect();
+        }
+        let types = self.view.queues.len();
+        let mut whole: Vec<Option<usize>> = vec![None; types];
+        let mut share: Vec<Option<usize>> = vec![None; types];
+        let want: Vec<Option<u32>> = (0..types).map(|t| share_pct(t).map(u32::from)).collect();
+        // Stop early once every type has both picks (types absent from the view never will).
+        let mut left = types + want.iter().filter(|w| w.is_some()).count();
+        for (i, s) in self.view.gpus.iter().enumerate() {
+            if left == 0 {
+                break;
+            }
+            let t = s.gpu_type;
+            if whole[t].is_none() && s.jobs.is_empty() {
+                whole[t] = Some(i);
+                left -= 1;
+            }
+            if let (None, Some(w)) = (share[t], want[t]) {
+                let used: u32 = s.jobs.iter().map(|j| u32::from(j.share.get())).sum();
+                if !s.jobs.iter().any(|j| j.exclusive) && used + w <= 100 {
+                    share[t] = Some(i);
+                    left -= 1;
+                }
+            }
+        }
+        let mut picks: Vec<usize> = whole.into_iter().chain(share).flatten().collect();
+        picks.sort_unstable();
+        picks.dedup();
+        picks.into_iter().map(|i| &self.view.gpus[i]).collect()
+    }
+}
+
+/// The catalog class a job without a heshare decision is predicted with: for an MPS share, the
+/// inference class whose demand is nearest its fraction; for whole GPUs the first training class
+/// (it holds the GPU alone, so its class only matters for memory).
+pub fn stand_in_class(cfg: &Config, share_pct: Option<u8>) -> usize {
+    let pick = |kind: JobKind, target: f64| {
+        cfg.classes
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.kind == kind)
+            .min_by(|(_, a), (_, b)| {
+                (a.demand - target)
+                    .abs()
+                    .total_cmp(&(b.demand - target).abs())
+            })
+            .map(|(i, _)| i)
+    };
+    match share_pct {
+        Some(p) if p < 100 => pick(JobKind::Inference, f64::from(p) / 100.0),
+        _ => pick(JobKind::Training, 1.0),
+    }
+    .unwrap_or(0)
+}
+
+/// One entry of a GRES string: `gpu:a100:1(IDX:0)`, `mps:30(IDX:1)`,
+/// `mps:a100:30(30/100,0/100)`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GresEntry {
+    pub name: String,
+    pub gpu_type: Option<String>,
+    pub count: u64,
+    /// GPU indices the entry covers (`IDX:0-1,3`), empty when `N/A` or not given.
+    pub indices: Vec<u32>,
+    /// 23.11+ per-GPU use of a shared GRES, `(30/100,0/100)`: (used, total) per GPU in index order.
+    pub per_gpu: Vec<(u64, u64)>,
+}
+
+/// Splits a GRES list on the commas outside parentheses and reads each entry. Entries that do not
+/// parse are skipped (the caller logs the whole string once if it finds nothing it needs).
+pub fn parse_gres_list(s: &str) -> Vec<GresEntry> {
+    let mut out = Vec::new();
+    let (mut depth, mut start) = (0i32, 0usize);
+    let mut pieces = Vec::new();
+    for (i, ch) in s.char_indices() {
+        match ch {
+            '(' => depth += 1,
+            ')' => depth -= 1,
+            ',' if depth == 0 => {
+                pieces.push(&s[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    pieces.push(&s[start..]);
+    for p in pieces.into_iter().map(str::trim).filter(|p| !p.is_empty()) {
+        if let Some(e) = parse_gres_entry(p) {
+            out.push(e);
+        }
+    }
+    out
+}
+
+fn parse_gres_entry(p: &str) -> Option<GresEntry> {
+    let p = p
+        .strip_prefix("gres:")
+        .or_else(|| p.strip_prefix("gres/"))
+        .unwrap_or(p);
+    let (head, paren) = match p.split_once('(') {
+        Some((h, rest)) => (h, Some(rest.trim_end_matches(')'))),
+        None => (p, None),
+    };
+    let parts: Vec<&str> = head.split(':').collect();
+    let (name, gpu_type, count) = match parts.as_slice() {
+        [n, c] => (*n, None, *c),
+        [n, t, c] => (*n, Some((*t).to_owned()), *c),
+        _ => return None,
+    };
+    let count = parse_count(count)?;
+    let mut indices = Vec::new();
+    let mut per_gpu = Vec::new();
+    if let Some(inner) = paren {
+        if let Some(idx) = inner.strip_prefix("IDX:") {
+            if idx != "N/A" {
+                indices = parse_index_list(idx)?;
+            }
+        } else if inner.contains('/') {
+            for pair in inner.split(',') {
+                let (u, t) = pair.split_once('/')?;
+                per_gpu.push((u.trim().parse().ok()?, t.trim().parse().ok()?));
+            }
+        }
+        // Anything else in parentheses (S:0-1 socket bindings) carries nothing heshare needs.
+    }
+    Some(GresEntry {
+        name: name.to_owned(),
+        gpu_type,
+        count,
+        indices,
+        per_gpu,
+    })
+}
+
+/// `2`, `4K` (GRES counts may carry a suffix).
+fn parse_count(c: &str) -> Option<u64> {
+    let (digits, mult) = match c.chars().last()? {
+        'k' | 'K' => (&c[..c.len() - 1], 1024),
+        'm' | 'M' => (&c[..c.len() - 1], 1024 * 1024),
+        'g' | 'G' => (&c[..c.len() - 1], 1024 * 1024 * 1024),
+        _ => (c, 1),
+    };
+    digits.parse::<u64>().ok()?.checked_mul(mult)
+}
+
+/// `0-1,3` -> [0, 1, 3]. At most 4096 indices: no node has more GPUs.
+pub fn parse_index_list(s: &str) -> Option<Vec<u32>> {
+    let mut out = Vec::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        match part.split_once('-') {
+            Some((a, b)) => {
+                let (a, b): (u32, u32) = (a.parse().ok()?, b.parse().ok()?);
+                if b < a || b - a > 4096 {
+                    return None;
+                }
+                out.extend(a..=b);
+            }
+            None => out.push(part.parse().ok()?),
+        }
+        if out.len() > 4096 {
+            return None;
+        }
+    }
+    Some(out)
+}
+
+/// A node's GPUs from its configured GRES (`gpu:a100:2,gpu:t4:1,mps:300`): indices in order of
+/// the typed entries, each resolved against the catalog (unknown types are left out), and the
+/// node's MPS count per GPU (for turning a job's MPS count into a percentage).
+pub fn node_gpus(cfg: &Config, gres: &str) -> (Vec<(u32, usize)>, Option<u64>) {
+    let entries = parse_gres_list(gres);
+    let mut gpus = Vec::new();
+    let mut next = 0u32;
+    for e in entries.iter().filter(|e| e.name == "gpu") {
+        let n = u32::try_from(e.count).unwrap_or(0).min(4096);
+        let t = e.gpu_type.as_deref().and_then(|t| cfg.resolve_gpu_type(t));
+        for k in 0..n {
+            if let Some(t) = t {
+                gpus.push((next + k, t));
+            }
+        }
+        next += n;
+    }
+    let mps: u64 = entries
+        .iter()
+        .filter(|e| e.name == "mps")
+        .map(|e| e.count)
+        .sum();
+    let per_gpu = (mps > 0 && next > 0).then(|| mps / u64::from(next));
+    (gpus, per_gpu)
+}
+
+/// What one of a job's `gres_detail_str` entries holds on its node: whole GPUs (indices), or an
+/// MPS count on one GPU.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JobGres {
+    Whole(Vec<u32>),
+    Mps { index: u32, count: u64 },
+}
+
+/// Reads a job's per-node GRES detail (`gpu:a100:1(IDX:0)`, `mps:30(IDX:1)`); entries other
+/// than gpu/mps are skipped.
+pub fn job_gres(detail: &str) -> Vec<JobGres> {
+    parse_gres_list(detail)
+        .into_iter()
+        .filter_map(|e| match e.name.as_str() {
+            "gpu" if !e.indices.is_empty() => Some(JobGres::Whole(e.indices)),
+            "mps" if e.indices.len() == 1 => Some(JobGres::Mps {
+                index: e.indices[0],
+                count: e.count,
+            }),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The GPU types of a heshare constraint (`a100|t4`, possibly inside the user's own AND) that
+/// are catalog types, in the order written.
+pub fn constraint_types(cfg: &Config, features: &str) -> Vec<usize> {
+    let mut out = Vec::new();
+    for f in features.split(['|', '&', '(', ')', '[', ']', ',']) {
+        if let Some(t) = cfg.gpu_type(f.trim()) {
+            if !out.contains(&t) {
+                out.push(t);
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::BUNDLED_CONFIG;
+    use crate::units::SharePct;
+    use std::path::Path;
+
+    fn cfg() -> Config {
+        Config::parse(BUNDLED_CONFIG, Path::new("h.toml")).expect("valid")
+    }
+
+    #[test]
+    fn gres_used_of_22_05_is_read() {
+        // Verbatim from node_info_t.gres_used on Slurm 22.05.8.
+        let e = parse_gres_list(
+            "gpu:a100:1(IDX:0),gpu:t4:0(IDX:N/A),mps:a100:0(IDX:N/A),mps:t4:1(IDX:1)",
+        );
+        assert_eq!(e.len(), 4);
+        assert_eq!(
+            e[0],
+            GresEntry {
+                name: "gpu".into(),
+                gpu_type: Some("a100".into()),
+                count: 1,
+                indices: vec![0],
+                per_gpu: vec![]
+            }
+        );
+        assert!(e[1].indices.is_empty());
+        assert_eq!(
+            (e[3].name.as_str(), e[3].indices.as_slice()),
+            ("mps", &[1][..])
+        );
+    }
+
+    #[test]
+    fn gres_used_of_23_11_is_read() {
+        // The 23.11+ form: per-GPU use of a shared GRES, with commas inside the parentheses.
+        let e = parse_gres_list("gpu:a100:0(IDX:N/A),mps:a100:30(30/100,0/100)");
+        assert_eq!(e.len(), 2);
+        assert_eq!(e[1].count, 30);
+        assert_eq!(e[1].per_gpu, vec![(30, 100), (0, 100)]);
+    }
+
+    #[test]
+    fn job_details_give_whole_gpus_and_untyped_mps() {
+        assert_eq!(job_gres("gpu:a100:1(IDX:0)"), vec![JobGres::Whole(vec![0])]);
+        assert_eq!(
+            job_gres("gpu:t4:3(IDX:0-1,3)"),
+            vec![JobGres::Whole(vec![0, 1, 3])]
+        );
+        assert_eq!(
+            job_gres("mps:30(IDX:1)"),
+            vec![JobGres::Mps {
+                index: 1,
+                count: 30
+            }]
+        );
+        assert!(job_gres("gpu:a100:1(IDX:0-99999)").is_empty());
+        assert!(job_gres("garbage((").is_empty());
+    }
+
+    #[test]
+    fn node_gres_gives_typed_indices_and_mps_per_gpu() {
+        let cfg = cfg();
+        let (gpus, mps) = node_gpus(&cfg, "gpu:a100:2(S:0-1),mps:200");
+        let a100 = cfg.gpu_type("a100").expect("a100");
+        assert_eq!(gpus, vec![(0, a100), (1, a100)]);
+        assert_eq!(mps, Some(100));
+        let t4 = cfg.gpu_type("t4").expect("t4");
+        let (gpus, _) = node_gpus(&cfg, "gpu:a100:1,gpu:t4:1");
+        assert_eq!(gpus, vec![(0, a100), (1, t4)]);
+    }
+
+    fn job(class: usize, share: u8, user: &str) -> PlacedJob {
+        PlacedJob {
+            class,
+            share: SharePct::new(share).expect("share"),
+            user: user.into(),
+            exclusive: share == 100,
+        }
+    }
+
+    #[test]
+    fn a_snapshot_has_queues_feature_types_and_slurms_picks() {
+        let cfg = cfg();
+        let a100 = cfg.gpu_type("a100").expect("a100");
+        let t4 = cfg.gpu_type("t4").expect("t4");
+        let nodes = vec![
+            NodeInfo {
+                name: "ha100".into(),
+                features: vec!["a100".into()],
+                gpus: vec![(0, a100), (1, a100)],
+            },
+            NodeInfo {
+                name: "ht4".into(),
+                features: vec![],
+                gpus: vec![(0, t4), (1, t4)],
+            },
+        ];
+        let holdings = vec![
+            Holding {
+                node: "ha100".into(),
+                gpu_index: 0,
+                job: job(0, 100, "1000"),
+                frees_in_s: 300.0,
+                hold_s: 600.0,
+            },
+            Holding {
+                node: "ha100".into(),
+                gpu_index: 1,
+                job: job(0, 100, "1000"),
+                frees_in_s: 100.0,
+                hold_s: 200.0,
+            },
+            Holding {
+                node: "ht4".into(),
+                gpu_index: 0,
+                job: job(1, 40, "1001"),
+                frees_in_s: 50.0,
+                hold_s: 60.0,
+            },
+        ];
+        let pending = vec![Pending {
+            types: vec![a100],
+            gpus: 1.0,
+        }];
+        let s = Snapshot::build(&cfg, 0.0, &nodes, &holdings, &pending);
+        let q = &s.view.queues[a100];
+        assert_eq!((q.total_gpus, q.idle_gpus), (2, 0));
+        assert_eq!(q.frees_in_s, vec![100.0, 300.0]);
+        assert_eq!(q.pending_gpus, 1.0);
+        assert_eq!(q.mean_hold_s, 400.0);
+        assert_eq!(
+            q.wait_s(1),
+            Some(300.0),
+            "the pending job takes the first a100"
+        );
+        assert!(s.feature_types[a100]);
+        assert!(
+            !s.feature_types[t4],
+            "ht4 does not carry its type as a feature"
+        );
+        // A 30% share of a t4 lands where gres/mps puts it: the first t4 with room, user 1001's.
+        let picks = s.slots_for(1, |t| (t == t4).then_some(30));
+        let names: Vec<(&str, u32)> = picks.iter().map(|g| (g.node.as_str(), g.index)).collect();
+        assert_eq!(names, vec![("ht4", 0), ("ht4", 1)]);
+        // 70% no longer fits beside the 40% job: the idle t4 is Slurm's pick for both requests.
+        let picks = s.slots_for(1, |t| (t == t4).then_some(70));
+        assert_eq!(picks.len(), 1);
+        assert_eq!(picks[0].index, 1);
+    }
+
+    #[test]
+    fn constraints_name_their_catalog_types() {
+        let cfg = cfg();
+        let a100 = cfg.gpu_type("a100").expect("a100");
+        let t4 = cfg.gpu_type("t4").expect("t4");
+        assert_eq!(constraint_types(&cfg, "a100|t4"), vec![a100, t4]);
+        assert_eq!(constraint_types(&cfg, "ib&(t4|a100)"), vec![t4, a100]);
+        assert!(constraint_types(&cfg, "ib").is_empty());
+    }
+}
