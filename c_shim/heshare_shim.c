@@ -20,6 +20,8 @@ typedef struct {
 	uint32_t nice;
 	uint32_t user_id;
 	uint32_t time_limit; /* minutes; NO_VAL or INFINITE when not given */
+	uint32_t min_cpus; /* NO_VAL when not given */
+	uint64_t pn_min_memory; /* MiB per node, or per CPU with MEM_PER_CPU; NO_VAL64 when not given */
 	int batch; /* 1 for sbatch (a script), 0 for srun/salloc allocations */
 } hs_job_view;
 
@@ -35,6 +37,8 @@ void hs_job_view_fill(const job_desc_msg_t *d, hs_job_view *out)
 	out->nice = d->nice;
 	out->user_id = d->user_id;
 	out->time_limit = d->time_limit;
+	out->min_cpus = d->min_cpus;
+	out->pn_min_memory = d->pn_min_memory;
 	out->batch = d->script != NULL;
 }
 
@@ -53,6 +57,8 @@ uint32_t hs_slurm_version_number(void) { return SLURM_VERSION_NUMBER; }
 uint32_t hs_nice_offset(void) { return NICE_OFFSET; }
 uint32_t hs_no_val(void) { return NO_VAL; }
 uint32_t hs_infinite(void) { return INFINITE; }
+uint64_t hs_no_val64(void) { return NO_VAL64; }
+uint64_t hs_mem_per_cpu(void) { return MEM_PER_CPU; }
 /* Node state flags the snapshot thread skips (function-like macros bindgen cannot evaluate). */
 uint64_t hs_node_state_unusable(void) { return NODE_STATE_DRAIN | NODE_STATE_NO_RESPOND; }
 int hs_eslurm_invalid_gres(void) { return ESLURM_INVALID_GRES; }
@@ -69,6 +75,8 @@ job_desc_msg_t *hs_test_job_desc_new(void)
 		d->nice = NO_VAL;
 		d->user_id = NO_VAL;
 		d->time_limit = NO_VAL;
+		d->min_cpus = NO_VAL;
+		d->pn_min_memory = NO_VAL64;
 	}
 	return d;
 }

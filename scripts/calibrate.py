@@ -94,9 +94,11 @@ def fit_workload(pts, beta, gamma, p_idle, p_max):
     return best_w
 
 
-def zeus_fit(gpu, p_idle):
+def zeus_fit(gpu, p_idle, cap=float("inf")):
     groups = defaultdict(list)
     for r in rows(f"zeus-nsdi23/summary_power_{gpu}.csv"):
+        if float(r["power_limit"]) > cap:
+            continue
         key = (r["dataset"], r["network"], r["batch_size"], r["optimizer"])
         groups[key].append((float(r["power_limit"]), float(r["time_per_epoch"]), float(r["average_power"])))
     for pts in groups.values():
@@ -105,8 +107,8 @@ def zeus_fit(gpu, p_idle):
     best = None
     for bi in range(0, 13):
         beta = bi * 0.05
-        for gi in range(0, 31):
-            gamma = 0.5 + gi * 0.1
+        for gi in range(0, 49):
+            gamma = 0.2 + gi * 0.1
             fits = [fit_workload(pts, beta, gamma, p_idle, p_max) for pts in groups.values()]
             err = sum(f[0] for f in fits)
             n = sum(len(pts) for pts in groups.values())
@@ -130,6 +132,10 @@ print("\n# Zeus power-limit sweeps fitted to heshare's DVFS model")
 # it and use the same 12% of the top limit as PWR's V100 (30 / 250 W of a PCIe V100).
 for gpu, idle in (("v100", 30), ("p100", 25), ("a40", 36), ("rtx6000", 31)):
     zeus_fit(gpu, idle)
+# The A10 is the A40's die capped at 150 W: its power curve is the A40's below 150 W, with the
+# 150 W limit as its full clock.
+print("a10 = a40 up to 150 W:")
+zeus_fit("a40", 36, cap=150)
 
 # --- 4. Zeus: BERT fine-tuning speed on P100 relative to V100 at the top power limit --------
 def top_limit_time(gpu, network):
@@ -183,7 +189,10 @@ t_max = {}
 for r in edp:
     t_max[(r["gpu"], r["workload"])] = r["optimal_timing_edp_seconds"] / (1 - r["performance_vs_max_edp_percent"] / 100)
 print("\n# Inference (ai-inference-energy): time at max clock and implied exponent vs the catalog")
-rel = {"V100": 1.0, "A100": math.sqrt(312 / 125 * 1555 / 900), "H100": math.sqrt(835 / 125 * 3900 / 900)}
+# The catalog's relative_throughput of A100 and H100: published per-GPU training ratios (A100
+# 2.0x V100 for ResNet-50 and BERT-Large, Sandia SAND2021-0870; H100 1.9x A100 on average over
+# MLPerf Training v2.1), not the datasheet roofline, which overstates them.
+rel = {"V100": 1.0, "A100": 2.0, "H100": 2.0 * 1.9}
 for wl in sorted({w for _, w in t_max}):
     v = t_max[("V100", wl)]
     parts = []
@@ -220,3 +229,17 @@ for r in edp:
     print(f"  {r['gpu']} {r['workload']:16s} r={ratio:.2f} slower={d:+.3f} c={c:.3f} P={p:6.1f} W u={u:.2f}")
 for wl, (cs_, us_) in sorted(by_wl.items()):
     print(f"  {wl:16s} median c={statistics.median(cs_):.3f} median u={statistics.median(us_):.2f}")
+
+# --- 8. Inference clock knee: below a fraction k of the maximum clock a service is compute-bound
+# and slows in proportion (time = k / r). Where the EDP optimum was measurably slower than the
+# maximum clock (more than 1%), k = r * (1 + slowdown); elsewhere it says only that k is lower.
+print("\n# Inference clock knee k (time factor max(1, k / r)) from the EDP optima")
+knees = defaultdict(list)
+for r in edp:
+    ratio = r["optimal_frequency_edp_mhz"] / r["max_frequency_mhz"]
+    d = -r["performance_vs_max_edp_percent"] / 100
+    if d > 0.01:
+        knees[r["workload"]].append(ratio * (1 + d))
+for wl in sorted({r["workload"] for r in edp}):
+    ks = knees.get(wl, [])
+    print(f"  {wl:16s} points={len(ks)} knee={statistics.median(ks):.2f}" if ks else f"  {wl:16s} no point slower than 1%")

@@ -90,7 +90,7 @@ fn default_max_jobs_per_gpu() -> u8 {
 }
 
 fn default_offer_margin() -> f64 {
-    10.0
+    35.0
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -137,6 +137,8 @@ struct JobClassSpec {
     reference_runtime_s: f64,
     speed_exponent: f64,
     clock_bound_fraction: f64,
+    #[serde(default)]
+    clock_knee: f64,
     power_util: f64,
     mem_intensity: f64,
     memory_gib: f64,
@@ -610,6 +612,15 @@ fn validate(raw: RawConfig, errs: &mut Problems) -> Config {
         );
         check(
             errs,
+            finite_in(c.clock_knee, 0.0, 1.0),
+            f("clock_knee"),
+            format!(
+                "{} is outside 0..=1 (a fraction of the maximum clock)",
+                c.clock_knee
+            ),
+        );
+        check(
+            errs,
             finite_in(c.power_util, 0.0, 1.0),
             f("power_util"),
             format!("{} is outside 0..=1", c.power_util),
@@ -682,6 +693,7 @@ fn validate(raw: RawConfig, errs: &mut Problems) -> Config {
             reference_runtime_s: c.reference_runtime_s,
             speed_exponent: c.speed_exponent,
             clock_bound_fraction: c.clock_bound_fraction,
+            clock_knee: c.clock_knee,
             power_util: c.power_util,
             mem_intensity: c.mem_intensity,
             memory_gib: c.memory_gib,
@@ -937,6 +949,20 @@ pub fn gres_conf_all_sharing(gres_conf: &str) -> Option<bool> {
         }
     }
     mps.then_some(all)
+}
+
+/// The same as `slurm_gpu_types` for a node list (the simulator's and the benchmark's clusters).
+pub fn slurm_gpu_types_of(nodes: &[crate::cluster::Node], cfg: &Config) -> Vec<(usize, u32)> {
+    let mut max = vec![0u32; cfg.gpu_types.len()];
+    for n in nodes {
+        if let Some(t) = n.gpu_type {
+            max[t] = max[t].max(n.gpus);
+        }
+    }
+    max.into_iter()
+        .enumerate()
+        .filter(|&(_, n)| n > 0)
+        .collect()
 }
 
 /// Splits `gpu:a100:2(S:0-1),mps:200` on the commas that are outside parentheses.

@@ -9,6 +9,8 @@
 //!   `a` the class's sensitivity to GPU speed.
 //! * **DVFS** (fitted to Zeus's power-limit sweeps): the clock-bound fraction `c` of a job's GPU
 //!   time stretches by `f_default / f`; busy power scales as `beta + (1 - beta) (f / f_max)^gamma`.
+//!   Below its clock knee `k` (a fraction of the maximum clock, from the EDP optima of the
+//!   inference services) a job is compute-bound: its time grows as `k f_max / f` at least.
 //! * **MPS shares**: a training job's clock-bound part stretches by `occupancy / share` when its
 //!   share is below the SMs it would use alone. An inference job is rate-bound: it keeps a load
 //!   `rho = need / share`, runs at its own pace while `rho <= 1` and slows by `rho` beyond.
@@ -84,6 +86,8 @@ pub struct JobClass {
     pub speed_exponent: f64,
     /// `c`: the part of GPU time that stretches when the SM clock falls.
     pub clock_bound_fraction: f64,
+    /// `k`: below this fraction of the maximum SM clock the job is compute-bound (0: never).
+    pub clock_knee: f64,
     /// Dynamic power drawn alone at full clock, as a fraction of (max - idle).
     pub power_util: f64,
     /// How much it slows co-located jobs per unit of its busy share (0..=1).
@@ -161,9 +165,12 @@ fn clock_stretch(gpu: &GpuType, f: Mhz) -> f64 {
     f64::from(gpu.default_sm_clock.0) / f64::from(f.0.max(1))
 }
 
-/// Time factor of the job's GPU work at clock `f` with `stretch` on its clock-bound part.
-fn time_factor(class: &JobClass, stretch: f64) -> f64 {
-    class.clock_bound_fraction * stretch + (1.0 - class.clock_bound_fraction)
+/// Time factor of the job's GPU work at clock `f` of `gpu`, with `stretch` on its clock-bound
+/// part (the clock's and, for a share, the share's).
+fn time_factor(class: &JobClass, gpu: &GpuType, f: Mhz, stretch: f64) -> f64 {
+    let bound = class.clock_bound_fraction * stretch + (1.0 - class.clock_bound_fraction);
+    let knee = class.clock_knee * f64::from(gpu.max_clock().0) / f64::from(f.0.max(1));
+    bound.max(knee)
 }
 
 /// The fraction of a whole GPU of this type (at its default clock) the job uses alone.
@@ -227,7 +234,8 @@ pub fn predict(
             match t.class.kind {
                 JobKind::Training => s.min(t.class.demand),
                 JobKind::Inference => {
-                    let load = need(t.class, gpu, reference) * time_factor(t.class, stretch) / s;
+                    let load =
+                        need(t.class, gpu, reference) * time_factor(t.class, gpu, f, stretch) / s;
                     s * load.min(1.0)
                 }
             }
@@ -252,13 +260,14 @@ pub fn predict(
             JobKind::Training => {
                 let occupancy = t.class.demand;
                 let share_stretch = (occupancy / s).max(1.0);
-                let tf = time_factor(t.class, stretch * share_stretch);
+                let tf = time_factor(t.class, gpu, f, stretch * share_stretch);
                 let speed = relative_speed(t.class, gpu, reference);
                 let runtime = t.class.reference_runtime_s / speed * tf * contention * serial;
                 (runtime, t.class.power_util * (s / occupancy).min(1.0))
             }
             JobKind::Inference => {
-                let load = need(t.class, gpu, reference) * time_factor(t.class, stretch) / s
+                let load = need(t.class, gpu, reference) * time_factor(t.class, gpu, f, stretch)
+                    / s
                     * contention
                     * serial;
                 let runtime = t.class.reference_runtime_s * load.max(1.0);
@@ -334,6 +343,7 @@ pub(crate) mod tests {
             reference_runtime_s: 3600.0,
             speed_exponent: 1.0,
             clock_bound_fraction: 0.4,
+            clock_knee: 0.0,
             power_util: 0.85,
             mem_intensity: 0.8,
             memory_gib: 10.0,

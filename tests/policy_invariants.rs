@@ -4,6 +4,7 @@
 use heshare::cli::BUNDLED_CONFIG;
 use heshare::config::Config;
 use heshare::model::{JobClass, JobKind, ModelParams};
+use heshare::policy::share::clock_cost;
 use heshare::policy::{
     ClusterView, EnergyPolicy, GpuSlot, JobRequest, PlacedJob, ShareJob, ShareParams, ShareRequest,
     ShareSpec, optimize, place,
@@ -25,14 +26,16 @@ fn class_strategy() -> impl Strategy<Value = JobClass> {
         0.0f64..1.0,
         0.0f64..1.0,
         0.01f64..1.5,
+        prop_oneof![Just(0.0f64), 0.0f64..1.0],
     )
-        .prop_map(|(kind, runtime, a, c, u, m, d)| JobClass {
+        .prop_map(|(kind, runtime, a, c, u, m, d, k)| JobClass {
             name: "generated".into(),
             kind,
             description: String::new(),
             reference_runtime_s: runtime,
             speed_exponent: a,
             clock_bound_fraction: c,
+            clock_knee: k,
             power_util: u,
             mem_intensity: m,
             memory_gib: 1.0,
@@ -77,6 +80,7 @@ fn params(cfg: &Config) -> ShareParams {
             contention_kappa: cfg.policy.contention_kappa,
         },
         share_step_pct: cfg.policy.mps_share_step_pct,
+        energy_weight: cfg.policy.energy_weight,
     }
 }
 
@@ -107,8 +111,9 @@ proptest! {
             }
             let default_ok = plan.at_default_clock.jobs.iter().zip(&share_jobs).all(|(p, j)| p.slowdown <= j.bound + 1e-9);
             if default_ok {
-                prop_assert!(plan.prediction.energy_per_progress() <= plan.at_default_clock.energy_per_progress() * (1.0 + 1e-12),
-                    "optimized {} > default {}", plan.prediction.energy_per_progress(), plan.at_default_clock.energy_per_progress());
+                let w = cfg.policy.energy_weight;
+                prop_assert!(clock_cost(&plan.prediction, w) <= clock_cost(&plan.at_default_clock, w) * (1.0 + 1e-12),
+                    "optimized {} > default {}", clock_cost(&plan.prediction, w), clock_cost(&plan.at_default_clock, w));
             }
             let attributed: f64 = plan.prediction.jobs.iter().map(|j| j.power.0).sum();
             prop_assert!((attributed - plan.prediction.power.0).abs() <= 1e-9 * plan.prediction.power.0.max(1.0));

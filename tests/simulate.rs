@@ -75,7 +75,7 @@ fn bad_simulate_input_is_named() {
 }
 
 #[test]
-fn time_mode_compares_all_seven_schedulers_and_writes_json_and_svg() {
+fn time_mode_compares_every_scheduler_in_the_world_and_accounts_for_every_job() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (json, svg) = (dir.path().join("time.json"), dir.path().join("time.svg"));
     let o = Command::new(env!("CARGO_BIN_EXE_heshare"))
@@ -95,8 +95,8 @@ fn time_mode_compares_all_seven_schedulers_and_writes_json_and_svg() {
         serde_json::from_str(&std::fs::read_to_string(&json).expect("json")).expect("valid JSON");
     assert_eq!(v["mode"], "time");
     assert_eq!(v["seeds"].as_array().expect("seeds").len(), 2);
-    let results = v["results"].as_array().expect("results");
-    let names: Vec<&str> = results
+    let rows = v["rows"].as_array().expect("rows");
+    let names: Vec<&str> = rows
         .iter()
         .map(|r| r["policy"].as_str().expect("policy"))
         .collect();
@@ -109,32 +109,57 @@ fn time_mode_compares_all_seven_schedulers_and_writes_json_and_svg() {
             "fgd-pwr",
             "gavel",
             "zeus",
-            "heshare"
+            "heshare",
+            "heshare-ideal"
         ]
     );
     let bound = v["energy_lower_bound_kwh"].as_f64().expect("bound");
-    for r in results {
+    for r in rows {
         for f in [
             "energy_kwh",
+            "energy_always_on_kwh",
             "energy_per_job_kj",
             "mean_jct_s",
+            "mean_wait_s",
             "p99_jct_s",
             "alloc_rate",
             "violations",
+            "unstarted",
+            "unfinished",
         ] {
             assert!(!r[f].is_null(), "{f} missing in {r}");
         }
+        assert_eq!(r["jobs"], 800, "{r}");
         assert!(r["energy_kwh"].as_f64().expect("energy") >= bound, "{r}");
     }
-    let heshare = &results[6];
-    assert_eq!(
-        heshare["violations"], 0,
-        "heshare keeps every job within its bound"
-    );
+    // The headline is the shipped path's, with its spread over seeds; the ideal stands apart.
+    for key in ["shipped", "ideal"] {
+        let ratios = v[key].as_array().expect("ratios");
+        let energy = ratios
+            .iter()
+            .find(|r| r["metric"] == "energy per job")
+            .expect("energy ratio");
+        let (lo, mid, hi) = (
+            energy["min"].as_f64().expect("min"),
+            energy["median"].as_f64().expect("median"),
+            energy["max"].as_f64().expect("max"),
+        );
+        assert!(lo <= mid && mid <= hi && lo > 0.0, "{energy}");
+        assert_eq!(energy["per_seed"].as_array().expect("per seed").len(), 2);
+    }
+    assert!(!v["predictor_error"].as_array().expect("errors").is_empty());
     let chart = std::fs::read_to_string(&svg).expect("svg");
     assert!(chart.starts_with("<svg") && chart.contains("heshare"));
     let stdout = String::from_utf8_lossy(&o.stdout);
-    assert!(stdout.contains("heshare vs best baseline"), "{stdout}");
+    assert!(
+        stdout.contains("heshare as it ships vs the best baseline"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("heshare-ideal (omniscient upper bound"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("predictor error"), "{stdout}");
 }
 
 #[test]

@@ -26,9 +26,11 @@ fn the_plugin_places_shares_and_whole_gpus_and_rejects_bad_input() {
         "{} was not built: run `cargo build --release` first (bash .ci/run does)",
         plugin.display()
     );
-    // The plugin's configuration: a copy of the shipped one the test may edit.
+    // The plugin's configuration: a copy of the shipped one the test may edit, offering one type
+    // only (several types offered at once are tested live in tests/slurm_live.rs).
     let cfg_dir = tempfile::tempdir().expect("tempdir");
     let cfg_path = cfg_dir.path().join("heshare.toml");
+    let shipped = || shipped().replacen("offer_margin = 35", "offer_margin = 0", 1);
     std::fs::write(&cfg_path, shipped()).expect("write");
     let c = Cluster::start(
         "plugin",
@@ -78,7 +80,7 @@ fn the_plugin_places_shares_and_whole_gpus_and_rejects_bad_input() {
         "{s}"
     );
     assert!(
-        s.contains("AdminComment=heshare: type=t4 share=35 clock=300 class=vit-infer policy=balanced snapshot="),
+        s.contains("AdminComment=heshare: type=t4 share=35 clock=945 class=vit-infer policy=balanced snapshot="),
         "{s}"
     );
     assert!(s.contains(" reason=35% MPS share of a t4"), "{s}");
@@ -99,7 +101,7 @@ fn the_plugin_places_shares_and_whole_gpus_and_rejects_bad_input() {
         "SPANK_HESHARE_GPU_TYPE=t4",
         "SPANK_HESHARE_GPU_TYPES=t4",
         "SPANK_HESHARE_SHARE=35",
-        "SPANK_HESHARE_SM_CLOCK_MHZ=300",
+        "SPANK_HESHARE_SM_CLOCK_MHZ=945",
         "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=35",
     ] {
         assert!(
@@ -115,7 +117,7 @@ fn the_plugin_places_shares_and_whole_gpus_and_rejects_bad_input() {
         "{s}"
     );
     assert!(
-        s.contains("AdminComment=heshare: type=a100 share=exclusive clock=900 class=bert-train"),
+        s.contains("AdminComment=heshare: type=a100 share=exclusive clock=1125 class=bert-train"),
         "{s}"
     );
     // A class alone is no queue jump.
@@ -316,9 +318,15 @@ fn a_broken_config_stops_slurmctld_at_init_naming_file_line_and_field() {
         ),
         Err(o) => String::from_utf8_lossy(&o.stderr).into_owned(),
     };
+    let line = std::fs::read_to_string(&bad)
+        .expect("read")
+        .lines()
+        .position(|l| l.starts_with("default_sm_clock_mhz = 1420"))
+        .expect("the broken line")
+        + 1;
     assert!(
         out.contains(&format!(
-            "heshare: {}:130: gpu.a100.default_sm_clock_mhz: 1420 MHz is not a supported clock",
+            "heshare: {}:{line}: gpu.a100.default_sm_clock_mhz: 1420 MHz is not a supported clock",
             bad.display()
         )),
         "{out}"

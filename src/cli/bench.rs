@@ -1,5 +1,8 @@
-//! `heshare bench`: decision latency of `policy::place` for one job against a cluster view the
-//! size of the Alibaba openb cluster (6212 GPUs), partly occupied by sharing and exclusive jobs.
+//! `heshare bench`: decision latency for one job against a cluster the size of the Alibaba
+//! openb cluster (6212 GPUs), partly occupied by sharing and exclusive jobs. The figure that
+//! matters is the plugin's own: `slurm::request::decide_with` on a live snapshot, which is what
+//! job_submit runs while slurmctld holds its locks. `policy::place` on the full view (what the
+//! simulator's heshare-ideal runs) and on one idle GPU per type are shown beside it.
 //!
 //! Absolute times depend on the machine, so every figure is also given as a ratio to a baseline
 //! measured in the same run on the same view: a best-fit scan (the GPU with the least free share
@@ -7,11 +10,13 @@
 //! scheduler does per job.
 
 use super::ConfigArg;
-use crate::cluster::{OPENB_GPU_NODES, idle_view, parse_node_list};
+use crate::cluster::{Node, OPENB_GPU_NODES, idle_view, parse_node_list};
 use crate::config::Config;
 use crate::model::{JobKind, full_speed_share};
 use crate::policy::{ClusterView, JobRequest, PlacedJob, ShareRequest, place};
 use crate::sim::rng::SplitMix;
+use crate::slurm::request::{Live, Options, Site, Submission, decide_with, parse_tres_per_node};
+use crate::slurm::snapshot::{Holding, NodeInfo, Snapshot};
 use crate::units::SharePct;
 use anyhow::Result;
 use std::hint::black_box;
@@ -84,6 +89,43 @@ fn occupy(cfg: &Config, view: &mut ClusterView, occupancy: f64, rng: &mut SplitM
             });
         }
     }
+}
+
+/// The plugin's snapshot of `view`: each node carrying its type as a feature, each busy GPU
+/// freeing at a random time within two days.
+fn snapshot_of(cfg: &Config, nodes: &[Node], view: &ClusterView, rng: &mut SplitMix) -> Snapshot {
+    let infos: Vec<NodeInfo> = nodes
+        .iter()
+        .filter_map(|n| {
+            let t = n.gpu_type?;
+            Some(NodeInfo {
+                name: n.name.clone(),
+                features: vec![cfg.gpu_types[t].name.clone()],
+                gpus: (0..n.gpus).map(|i| (i, t)).collect(),
+                cpus: u32::try_from(n.cpu_milli / 1000).unwrap_or(u32::MAX),
+                memory_mib: n.memory_mib,
+            })
+        })
+        .collect();
+    let index: std::collections::HashMap<&str, usize> = infos
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (n.name.as_str(), i))
+        .collect();
+    let mut holdings = Vec::new();
+    for g in &view.gpus {
+        let frees = 60.0 + rng.unit() * 172_800.0;
+        for j in &g.jobs {
+            holdings.push(Holding {
+                node: index[g.node.as_str()],
+                gpu_index: g.index,
+                job: j.clone(),
+                frees_in_s: frees,
+                hold_s: frees * 2.0,
+            });
+        }
+    }
+    Snapshot::build(cfg, 1.0e9, &infos, &holdings, &[])
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -179,6 +221,32 @@ pub fn run(out: &mut impl Write, cfg: &Config, args: &BenchArgs) -> Result<()> {
     let by_type = time(&mut |r| {
         black_box(place(cfg, black_box(&type_view), r).ok());
     });
+    // The plugin's path: a snapshot of the same cluster (each busy GPU frees within two days),
+    // and job_submit's decision on it, with the sharing plans kept between submissions.
+    let snapshot = snapshot_of(cfg, &nodes, &view, &mut rng);
+    let site = Site {
+        present: crate::config::slurm_gpu_types_of(&nodes, cfg),
+        feature_types: snapshot.feature_types.clone(),
+    };
+    let live = Live {
+        snapshot: Some(&snapshot),
+        now_s: snapshot.taken_at_s,
+        max_age_s: cfg.live.snapshot_max_age_s,
+    };
+    let mut ctx = crate::policy::PlaceContext::default();
+    let gres = parse_tres_per_node(Some("gres:gpu:1")).ok().flatten();
+    let plugin = time(&mut |r| {
+        let opts = Options {
+            gpu_share: (r.share == ShareRequest::Auto).then(|| "auto".to_owned()),
+            gpu_class: Some(r.class.clone()),
+            energy_policy: None,
+        };
+        let sub = Submission {
+            time_limit_s: Some(4.0 * 3600.0),
+            ..Submission::new(gres.as_ref(), &opts, &r.user)
+        };
+        black_box(decide_with(cfg, &site, live, black_box(&sub), &mut ctx));
+    });
 
     let us = |d: Duration| d.as_secs_f64() * 1e6;
     writeln!(
@@ -210,12 +278,19 @@ pub fn run(out: &mut impl Write, cfg: &Config, args: &BenchArgs) -> Result<()> {
             mean(v)
         )
     };
+    row(out, "plugin job_submit (live snapshot)", &plugin)?;
     row(out, "heshare place (full view)", &heshare)?;
     row(out, "heshare place (one idle GPU/type)", &by_type)?;
     row(out, "baseline: best-fit scan", &baseline)?;
     let ratio = |a: &[Duration], b: &[Duration], p: f64| {
         us(percentile(a, p)) / us(percentile(b, p)).max(1e-3)
     };
+    writeln!(
+        out,
+        "ratio plugin job_submit / best-fit scan: p50 {:.1}x, p99 {:.1}x",
+        ratio(&plugin, &baseline, 0.5),
+        ratio(&plugin, &baseline, 0.99)
+    )?;
     writeln!(
         out,
         "ratio full view / best-fit scan: p50 {:.1}x, p99 {:.1}x",

@@ -644,6 +644,7 @@ impl<'a> NodeHelper<'a> {
         let params = ShareParams {
             model: self.model_params(),
             share_step_pct: self.cfg.policy.mps_share_step_pct,
+            energy_weight: self.cfg.policy.energy_weight,
         };
         match optimize(gpu, reference, &share_jobs, params) {
             Ok(plan) => (plan.clock, None),
@@ -935,6 +936,7 @@ fn fallback_classes(jobs: &[JobOnGpu]) -> Vec<JobClass> {
             reference_runtime_s: 3600.0,
             speed_exponent: 0.0,
             clock_bound_fraction: 1.0,
+            clock_knee: 0.0,
             power_util: 1.0,
             mem_intensity: 1.0,
             memory_gib: 0.0,

@@ -245,6 +245,9 @@ pub enum PlacementError {
 pub struct PlaceContext {
     /// Skip the `reason` text (formatting floats costs more than the decision on a quiet view).
     pub quiet: bool,
+    /// Skip the priority adjustment (a second placement for jobs with options): for callers
+    /// that do not use `nice`, the simulator's omniscient heshare.
+    pub no_priority: bool,
     plans: rustc_hash::FxHashMap<PlanKey, Arc<Result<SharePlan, ShareError>>>,
     /// The config the plans belong to (its address: a cache must not outlive it).
     owner: usize,
@@ -265,6 +268,15 @@ impl PlaceContext {
     pub fn quiet() -> Self {
         PlaceContext {
             quiet: true,
+            ..PlaceContext::default()
+        }
+    }
+
+    /// Quiet, and without the priority adjustment.
+    pub fn simulation() -> Self {
+        PlaceContext {
+            quiet: true,
+            no_priority: true,
             ..PlaceContext::default()
         }
     }
@@ -347,7 +359,7 @@ pub fn place_slots(
     // The priority adjustment compares with the same job without heshare options, on the same
     // view; a job that set none is its own yardstick (adjustment 0, no second placement).
     let reference = req.reference();
-    let reference_energy = if reference == *req {
+    let reference_energy = if reference == *req || ctx.no_priority {
         plan.decision.predicted_energy_j
     } else {
         let quiet = std::mem::replace(&mut ctx.quiet, true);
@@ -417,6 +429,9 @@ impl<'a> Job<'a> {
                     contention_kappa: cfg.policy.contention_kappa,
                 },
                 share_step_pct: cfg.policy.mps_share_step_pct,
+                // The node helper sets the GPU's clock with the cluster's weight, whatever a
+                // job's own policy: predict the clock it will set.
+                energy_weight: cfg.policy.energy_weight,
             },
             scale,
         })

@@ -1,6 +1,9 @@
 //! The sharing optimizer: for the jobs on one GPU, choose their MPS shares (where not fixed by
-//! Slurm already) and the SM clock that minimise energy per unit of progress while every job
-//! stays within its slowdown bound against running alone at the default clock.
+//! Slurm already) and the SM clock that minimise the cluster's energy-time cost while every job
+//! stays within its slowdown bound against running alone at the default clock. The cost is
+//! `E^w * T^(1-w)` with `w` the cluster's energy weight: energy per unit of progress `E`, the
+//! jobs' mean slowdown `T`. At `w = 1` it is the least energy within the bound (the HeShare
+//! paper's rule), at 0.5 the energy-delay product, at 0 the fastest clock.
 //!
 //! Shares are chosen first, at the default clock: a job asking for "auto" gets the share with
 //! which it runs at full speed, shrunk towards the least share that keeps its bound when the GPU
@@ -64,6 +67,17 @@ pub enum ShareError {
 pub struct ShareParams {
     pub model: ModelParams,
     pub share_step_pct: u8,
+    /// The cluster's energy weight (policy.energy_weight): how the clock trades time for energy.
+    pub energy_weight: f64,
+}
+
+/// The clock's cost for `p`: energy per unit of progress to the power `w`, times the jobs' mean
+/// slowdown to the power `1 - w`.
+pub fn clock_cost(p: &GpuPrediction, energy_weight: f64) -> f64 {
+    let w = energy_weight.clamp(0.0, 1.0);
+    #[allow(clippy::cast_precision_loss)]
+    let slowdown = p.jobs.iter().map(|j| j.slowdown).sum::<f64>() / p.jobs.len().max(1) as f64;
+    p.energy_per_progress().powf(w) * slowdown.max(1e-12).powf(1.0 - w)
 }
 
 const BOUND_SLACK: f64 = 1e-9;
@@ -104,7 +118,7 @@ pub fn optimize(
             // Slowdowns only grow as the clock falls: every lower clock fails too.
             break;
         }
-        let j = p.energy_per_progress();
+        let j = clock_cost(&p, params.energy_weight);
         if best.as_ref().is_none_or(|(bj, _)| j < *bj) {
             best = Some((j, p));
         }
@@ -214,6 +228,7 @@ mod tests {
             contention_kappa: 0.33,
         },
         share_step_pct: 5,
+        energy_weight: 1.0,
     };
 
     fn job(class: &JobClass, share: ShareSpec) -> ShareJob<'_> {

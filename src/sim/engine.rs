@@ -2,17 +2,29 @@
 //! and finishing, with every GPU's power integrated over time.
 //!
 //! Events are ordered by (time, sequence number), so equal times resolve in creation order and a
-//! seed fixes the whole run. A job's progress rate comes from the same model the policy uses
-//! (`model::predict` for the jobs on its GPU at that GPU's clock); whenever a GPU's set of jobs
-//! or clock changes, its jobs' progress is brought up to date, their rates recomputed and their
+//! seed fixes the whole run. Schedulers decide with heshare's predictor (the catalog); the engine
+//! advances jobs with the [`World`], the ground truth: whenever a GPU's set of jobs or clock
+//! changes, its jobs' progress is brought up to date, their true rates recomputed and their
 //! finish events re-issued (stale ones are recognised by a version number).
+//!
+//! Rules every scheduler runs under alike:
+//! * **MPS serialises users.** NVIDIA MPS runs one user's server per GPU at a time; another
+//!   user's clients wait until it exits. On a GPU shared through MPS only the jobs of the user
+//!   who came first progress; the others hold their shares and wait (DESIGN fact 10). Slurm does
+//!   not keep users apart, so a scheduler that mixes users pays for it here.
+//! * **Energy** is metered per GPU (busy and idle) and per node (whole-node idle stretches, for
+//!   Slurm-style power saving) in one place, [`EnergyMeter`], and can be closed at any horizon
+//!   at or after the run's end, so schedulers are compared over a common one.
+//! * **Every job is accounted for**: jobs never started or never finished are counted, not
+//!   dropped.
 
 use super::packing::{NodeRes, Pod};
 use super::rng::SplitMix;
 use super::schedulers::{Placement, Scheduler};
 use super::trace::TraceJob;
+use super::world::{JobTruth, Occupant, World};
 use crate::config::Config;
-use crate::model::{JobKind, ModelParams, Tenant, alone_runtime, predict};
+use crate::model::{JobKind, ModelParams, Tenant, predict};
 use crate::policy::{ClusterView, GpuSlot, PlacedJob};
 use crate::units::{Mhz, SharePct};
 use std::cmp::Ordering;
@@ -29,8 +41,13 @@ pub struct SimJob {
     pub gpu_types: Vec<usize>,
     pub user: u32,
     pub submit_s: f64,
-    /// Work, in seconds alone on a whole reference GPU at its default clock.
+    /// Work: for training, seconds alone on a whole reference GPU at its default clock; for an
+    /// inference service, the seconds of stream it serves at full pace.
     pub work_s: f64,
+    /// The time limit its user gave (whole hours covering the work): what schedulers may read.
+    pub limit_s: f64,
+    /// The truth the world keeps about this job (schedulers must not read it).
+    pub truth: JobTruth,
     pub pod: Pod,
     // Running state.
     pub gpus: Vec<usize>,
@@ -52,7 +69,7 @@ pub struct SimGpu {
     pub gpu_type: usize,
     /// Index of this GPU on its node.
     pub index: u32,
-    /// Jobs on it, in arrival order.
+    /// Jobs on it, in arrival order (MPS serves the first one's user first).
     pub jobs: Vec<usize>,
     pub clock: Mhz,
     power_w: f64,
@@ -84,10 +101,10 @@ pub struct SimNode {
     pub name: String,
     pub gpus: Vec<usize>,
     pub res: NodeRes,
+    /// The node's size (what Slurm's node table says).
+    pub cpu_milli: u64,
+    pub memory_mib: u64,
     busy_gpus: usize,
-    idle_since: f64,
-    /// Idle energy of this node's GPUs during stretches when all of them were idle.
-    whole_idle_j: f64,
 }
 
 /// Everything a scheduler may look at.
@@ -102,10 +119,13 @@ pub struct State<'a> {
     /// `view`'s GPUs grouped by type and occupants, kept in step with it.
     pub groups: crate::policy::GpuGroups,
     pub now: f64,
+    /// Bumped whenever a job arrives, starts or finishes: a scheduler that keeps a picture of
+    /// the cluster knows when it must look again.
+    pub version: u64,
 }
 
 impl State<'_> {
-    /// Predicted behaviour of `gpu`'s jobs at `clock`.
+    /// What heshare's predictor (not the world) says of `gpu`'s jobs at `clock`.
     pub fn predict_gpu(&self, gpu: usize, clock: Mhz) -> crate::model::GpuPrediction {
         let g = &self.gpus[gpu];
         let tenants: Vec<Tenant<'_>> = g
@@ -174,15 +194,19 @@ pub struct WorkloadParams {
 /// distribution with Poisson arrivals sized so that the offered load is `params.load` of
 /// `gpu_count` GPUs. Job classes are assigned as documented in `slurm-conf/heshare.toml`: a share
 /// becomes the inference class whose demand is nearest its fraction, a whole-GPU job a training
-/// class drawn uniformly.
+/// class drawn uniformly. Each job's truth (its measured workload, its errors against the
+/// catalog) is drawn from `world` with a stream of its own, so the same seed gives every
+/// scheduler the same jobs.
 pub fn generate_jobs(
     cfg: &Config,
+    world: &World,
     trace: &[TraceJob],
     gpu_count: usize,
     params: WorkloadParams,
 ) -> Vec<SimJob> {
     // A different stream from the placement-mode shuffle of the same seed.
     let mut rng = SplitMix::new(params.seed ^ 0x005E_ED0F_70B5);
+    let mut truths = SplitMix::new(params.seed ^ 0x0745_70F3_041D);
     let gpu_jobs: Vec<&TraceJob> = trace.iter().filter(|j| j.num_gpus > 0).collect();
     if gpu_jobs.is_empty() || gpu_count == 0 {
         return vec![];
@@ -220,6 +244,7 @@ pub fn generate_jobs(
                 0
             };
             let user = u32::try_from(rng.below(params.users.max(1) as usize)).unwrap_or(0);
+            let work_s = duration(src);
             SimJob {
                 class,
                 num_gpus: src.num_gpus,
@@ -227,7 +252,9 @@ pub fn generate_jobs(
                 gpu_types: src.gpu_types.clone(),
                 user,
                 submit_s: t,
-                work_s: duration(src),
+                work_s,
+                limit_s: (work_s / 3600.0).ceil().max(1.0) * 3600.0,
+                truth: world.draw(class, fraction.min(1.0), &mut truths),
                 pod: Pod::from_trace(src),
                 gpus: vec![],
                 share: SharePct::FULL,
@@ -244,24 +271,116 @@ pub fn generate_jobs(
         .collect()
 }
 
+/// Idle energy of the cluster, per node, kept in one place: every GPU's idle draw (always-on
+/// accounting) and each node's whole-idle stretches (a node whose GPUs are all idle is powered
+/// down after `suspend_time_s`, as Slurm's power saving does).
+#[derive(Debug, Clone, PartialEq)]
+pub struct EnergyMeter {
+    pub suspend_time_s: f64,
+    /// Per node: the idle power of all its GPUs, when it became wholly idle (or `None` while a
+    /// GPU is busy), and the idle energy of its closed whole-idle stretches with power saving.
+    nodes: Vec<(f64, Option<f64>, f64)>,
+}
+
+impl EnergyMeter {
+    fn new(st: &State<'_>, suspend_time_s: f64) -> EnergyMeter {
+        EnergyMeter {
+            suspend_time_s,
+            nodes: st
+                .nodes
+                .iter()
+                .map(|n| {
+                    let w: f64 = n
+                        .gpus
+                        .iter()
+                        .map(|&g| st.cfg.gpu_types[st.gpus[g].gpu_type].idle_power.0)
+                        .sum();
+                    (w, Some(0.0), 0.0)
+                })
+                .collect(),
+        }
+    }
+
+    /// Node `n` got its first busy GPU at `t`.
+    fn wake(&mut self, n: usize, t: f64) {
+        let (w, since, closed) = &mut self.nodes[n];
+        if let Some(s) = since.take() {
+            *closed += *w * (t - s).max(0.0).min(self.suspend_time_s);
+        }
+    }
+
+    /// Node `n`'s last busy GPU went idle at `t`.
+    fn rest(&mut self, n: usize, t: f64) {
+        self.nodes[n].1 = Some(t);
+    }
+
+    /// Idle energy with power saving, if every stretch still open closes at `horizon`.
+    fn saving_until(&self, horizon: f64) -> f64 {
+        self.nodes
+            .iter()
+            .map(|&(w, since, closed)| {
+                closed + since.map_or(0.0, |s| w * (horizon - s).max(0.0).min(self.suspend_time_s))
+            })
+            .sum()
+    }
+
+    /// Idle power of the whole cluster (every GPU idle).
+    fn idle_w(&self) -> f64 {
+        self.nodes.iter().map(|n| n.0).sum()
+    }
+}
+
+/// A job's realised runtime against heshare's prediction, alone on the GPU type it ran on.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PredictionError {
+    pub class: usize,
+    pub gpu_type: usize,
+    /// Predicted over realised runtime alone at the default clock (1 = exact).
+    pub runtime_ratio: f64,
+    /// Predicted over realised energy alone at the default clock.
+    pub energy_ratio: f64,
+}
+
 /// What one run measured.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunMetrics {
     pub jobs: usize,
+    /// Jobs that never started, and jobs that started but never finished.
+    pub unstarted: usize,
+    pub unfinished: usize,
     pub busy_energy_j: f64,
-    /// Idle energy with every GPU always on.
+    /// Idle energy with every GPU always on, until the run's end.
     pub idle_energy_j: f64,
-    /// Idle energy when idle nodes power down after `suspend_time_s` (Slurm's SuspendTime).
-    pub idle_energy_power_saving_j: f64,
+    pub meter: EnergyMeter,
+    /// JCT of every finished job.
     pub jct_s: Vec<f64>,
+    /// Mean wait (submit to start) and mean run (start to finish) of the finished jobs.
+    pub mean_wait_s: f64,
+    pub mean_run_s: f64,
     pub makespan_s: f64,
     /// Allocated GPU share-time over capacity-time.
     pub alloc_rate: f64,
-    /// SM-busy GPU time over capacity-time (the model's busy share).
+    /// SM-busy GPU time over capacity-time (the world's busy share).
     pub utilisation: f64,
+    /// Jobs that ran slower than their bound allows, against running alone on a whole GPU of the
+    /// type they got at its default clock, in the world.
     pub violations: usize,
-    /// Sum over jobs of the least energy each could need alone (best type and clock, no idle).
+    /// Sum over jobs of the least energy each could need alone (best type and clock, no idle),
+    /// as the world measures it.
     pub energy_lower_bound_j: f64,
+    pub errors: Vec<PredictionError>,
+}
+
+impl RunMetrics {
+    /// Idle energy until `horizon` (at or after this run's end): always on, and with idle nodes
+    /// suspended. After the run ends every GPU is idle.
+    pub fn idle_until(&self, horizon: f64) -> (f64, f64) {
+        let extra = (horizon - self.makespan_s).max(0.0);
+        (
+            self.idle_energy_j + self.meter.idle_w() * extra,
+            self.meter.saving_until(horizon.max(self.makespan_s)),
+        )
+    }
 }
 
 /// Builds the simulated cluster from a node list.
@@ -308,9 +427,9 @@ pub fn build_state<'a>(
                 i64::try_from(n.memory_mib).unwrap_or(i64::MAX),
                 n.gpus,
             ),
+            cpu_milli: n.cpu_milli,
+            memory_mib: n.memory_mib,
             busy_gpus: 0,
-            idle_since: 0.0,
-            whole_idle_j: 0.0,
         });
     }
     State {
@@ -324,117 +443,156 @@ pub fn build_state<'a>(
         groups: crate::policy::GpuGroups::new(&view),
         view,
         now: 0.0,
+        version: 0,
     }
 }
 
-/// Runs the jobs of `st` to completion under `sched`.
+/// The engine's working set for one run.
+struct Run<'w> {
+    world: &'w World,
+    heap: BinaryHeap<Queued>,
+    seq: u64,
+    meter: EnergyMeter,
+}
+
+impl Run<'_> {
+    fn push(&mut self, t: f64, ev: Event) {
+        self.heap.push(Queued {
+            t,
+            seq: self.seq,
+            ev,
+        });
+        self.seq += 1;
+    }
+}
+
+/// Runs the jobs of `st` to completion under `sched`, in `world`.
 pub fn run(
     st: &mut State<'_>,
+    world: &World,
     sched: &mut dyn Scheduler,
     suspend_time_s: f64,
     mut progress: impl FnMut(usize),
 ) -> RunMetrics {
-    let mut heap = BinaryHeap::new();
-    let mut seq = 0u64;
+    let mut r = Run {
+        world,
+        heap: BinaryHeap::new(),
+        seq: 0,
+        meter: EnergyMeter::new(st, suspend_time_s),
+    };
     for j in 0..st.jobs.len() {
-        heap.push(Queued {
-            t: st.jobs[j].submit_s,
-            seq,
-            ev: Event::Arrival(j),
-        });
-        seq += 1;
+        let t = st.jobs[j].submit_s;
+        r.push(t, Event::Arrival(j));
     }
     let mut waiting: VecDeque<usize> = VecDeque::new();
     let mut done = 0usize;
-    let mut idle_saving = 0.0;
-    while let Some(Queued { t, ev, .. }) = heap.pop() {
+    loop {
+        let Some(Queued { t, ev, .. }) = r.heap.pop() else {
+            // Nothing left to happen: give every waiting job one more chance on the cluster as
+            // it is (the engine otherwise retries only what a freed node could take).
+            if waiting.is_empty()
+                || !start_waiting(st, sched, &mut r, &mut waiting, None, usize::MAX)
+            {
+                break;
+            }
+            continue;
+        };
         st.now = t;
+        let waiting_now: Vec<usize> = waiting.iter().copied().collect();
+        if sched.tick(st, &waiting_now) {
+            start_waiting(st, sched, &mut r, &mut waiting, None, 100);
+        }
         match ev {
             Event::Arrival(j) => {
                 // Backfill: a job that fits now starts now, even with others waiting (they
                 // fit nowhere, so it delays none of them in this reservation-free model).
-                if try_start(
-                    st,
-                    sched,
-                    j,
-                    &mut heap,
-                    &mut seq,
-                    &mut idle_saving,
-                    suspend_time_s,
-                ) {
-                    continue;
+                if !try_start(st, sched, &mut r, j) {
+                    waiting.push_back(j);
+                    st.version += 1;
                 }
-                waiting.push_back(j);
             }
             Event::Finish(j, v) => {
                 if st.jobs[j].version != v || st.jobs[j].finish_s.is_some() {
                     continue;
                 }
                 let freed_node = st.gpus[st.jobs[j].gpus[0]].node;
-                finish(st, sched, j, &mut heap, &mut seq);
+                finish(st, sched, &mut r, j);
                 done += 1;
                 progress(done);
                 // Freed resources: start what now fits, in queue order (backfill without
                 // reservations, within a bounded look-ahead as Slurm's bf_max_job_test does).
-                // Only this node gained room since every waiting job last failed, so a job that
-                // cannot use it is not asked about again.
-                let mut k = 0;
-                while k < waiting.len() && k < 100 {
-                    let wj = waiting[k];
-                    if could_use(st, wj, freed_node)
-                        && try_start(
-                            st,
-                            sched,
-                            wj,
-                            &mut heap,
-                            &mut seq,
-                            &mut idle_saving,
-                            suspend_time_s,
-                        )
-                    {
-                        waiting.remove(k);
-                    } else {
-                        k += 1;
-                    }
-                }
+                start_waiting(st, sched, &mut r, &mut waiting, Some(freed_node), 100);
             }
         }
     }
+    close(st, world, r.meter)
+}
+
+/// Tries the first `depth` waiting jobs, in queue order (only those that could use `freed` when
+/// given: it is the only node that gained room since they last failed). True if any started.
+fn start_waiting(
+    st: &mut State<'_>,
+    sched: &mut dyn Scheduler,
+    r: &mut Run<'_>,
+    waiting: &mut VecDeque<usize>,
+    freed: Option<usize>,
+    depth: usize,
+) -> bool {
+    let mut started = false;
+    let mut k = 0;
+    let mut tried = 0;
+    while k < waiting.len() && tried < depth {
+        let wj = waiting[k];
+        tried += 1;
+        if freed.is_none_or(|n| could_use(st, wj, n)) && try_start(st, sched, r, wj) {
+            waiting.remove(k);
+            started = true;
+        } else {
+            k += 1;
+        }
+    }
+    started
+}
+
+fn close(st: &mut State<'_>, world: &World, meter: EnergyMeter) -> RunMetrics {
     let end = st.now;
+    for g in 0..st.gpus.len() {
+        advance_gpu(st, g, end);
+    }
     let mut m = RunMetrics {
         jobs: st.jobs.len(),
+        unstarted: st.jobs.iter().filter(|j| j.start_s.is_none()).count(),
+        unfinished: st
+            .jobs
+            .iter()
+            .filter(|j| j.start_s.is_some() && j.finish_s.is_none())
+            .count(),
         busy_energy_j: 0.0,
         idle_energy_j: 0.0,
-        idle_energy_power_saving_j: idle_saving,
+        meter,
         jct_s: st
             .jobs
             .iter()
             .filter_map(|j| j.finish_s.map(|f| f - j.submit_s))
             .collect(),
+        mean_wait_s: 0.0,
+        mean_run_s: 0.0,
         makespan_s: end,
         alloc_rate: 0.0,
         utilisation: 0.0,
         violations: 0,
         energy_lower_bound_j: 0.0,
+        errors: Vec::new(),
     };
-    for g in 0..st.gpus.len() {
-        advance_gpu(st, g, end);
-    }
-    // Close the idle stretch of every node at the end of the run.
-    for n in 0..st.nodes.len() {
-        if st.nodes[n].busy_gpus == 0 {
-            let idle_w: f64 = st.nodes[n]
-                .gpus
-                .iter()
-                .map(|&g| st.cfg.gpu_types[st.gpus[g].gpu_type].idle_power.0)
-                .sum();
-            let stretch = end - st.nodes[n].idle_since;
-            m.idle_energy_power_saving_j += idle_w * stretch.min(suspend_time_s);
-            st.nodes[n].whole_idle_j += idle_w * stretch;
-        }
-    }
-    // Idle GPUs on nodes that stay up (some other GPU busy) always draw idle power.
-    m.idle_energy_power_saving_j += partial_node_idle(st);
+    let finished: Vec<(f64, f64, f64)> = st
+        .jobs
+        .iter()
+        .filter_map(|j| Some((j.submit_s, j.start_s?, j.finish_s?)))
+        .collect();
+    #[allow(clippy::cast_precision_loss)]
+    let n = finished.len().max(1) as f64;
+    m.mean_wait_s = finished.iter().map(|(a, s, _)| s - a).sum::<f64>() / n;
+    m.mean_run_s = finished.iter().map(|(_, s, f)| f - s).sum::<f64>() / n;
     let capacity_time = st.gpus.len() as f64 * end.max(1e-9);
     let mut alloc = 0.0;
     for g in &st.gpus {
@@ -443,29 +601,75 @@ pub fn run(
         m.utilisation += g.busy_share_s;
     }
     let reference = &st.cfg.gpu_types[st.cfg.reference_gpu];
-    let mut lower_bounds: std::collections::HashMap<(usize, Vec<usize>), f64> =
-        std::collections::HashMap::new();
     for j in &st.jobs {
         let (Some(s), Some(f)) = (j.start_s, j.finish_s) else {
             continue;
         };
         alloc += f64::from(j.num_gpus) * j.share.fraction() * (f - s);
         let class = &st.cfg.classes[j.class];
-        let gt = &st.cfg.gpu_types[st.gpus[j.gpus[0]].gpu_type];
-        let alone = alone_runtime(class, gt, reference).0 * j.work_s / class.reference_runtime_s;
+        let t = st.gpus[j.gpus[0]].gpu_type;
+        let gt = &st.cfg.gpu_types[t];
+        let real_rate = world.alone_rate(j.class, &j.truth, t);
+        let alone = j.work_s / real_rate.max(1e-12);
         let bound = class.slowdown_bound.unwrap_or(st.cfg.policy.slowdown_bound);
         if (f - s) > alone * bound * (1.0 + 1e-6) {
             m.violations += 1;
         }
-        // The best energy per unit of work depends only on the class and the allowed types.
-        let per_work = *lower_bounds
-            .entry((j.class, j.gpu_types.clone()))
-            .or_insert_with(|| lower_bound_per_work(st, j.class, &j.gpu_types));
-        m.energy_lower_bound_j += per_work * j.work_s * f64::from(j.num_gpus);
+        // heshare's predictor for the same job alone on this type at the default clock.
+        let p = predict(
+            gt,
+            reference,
+            &[Tenant {
+                class,
+                share: SharePct::FULL,
+                user: 0,
+            }],
+            gt.default_sm_clock,
+            st.params,
+        );
+        let predicted_rate = match class.kind {
+            JobKind::Training => class.reference_runtime_s / p.jobs[0].runtime.0,
+            JobKind::Inference => class.reference_runtime_s / p.jobs[0].runtime.0,
+        };
+        let real_power = world.alone_power_w(j.class, &j.truth, t);
+        m.errors.push(PredictionError {
+            class: j.class,
+            gpu_type: t,
+            runtime_ratio: real_rate / predicted_rate.max(1e-12),
+            energy_ratio: (p.power.0 / predicted_rate.max(1e-12))
+                / (real_power / real_rate.max(1e-12)),
+        });
+        m.energy_lower_bound_j += lower_bound_j(st, world, j) * f64::from(j.num_gpus);
     }
     m.alloc_rate = alloc / capacity_time;
     m.utilisation /= capacity_time;
     m
+}
+
+/// The least busy energy `job` could need in the world: alone on its most efficient allowed type
+/// at its most efficient clock, with no idle energy.
+fn lower_bound_j(st: &State<'_>, world: &World, job: &SimJob) -> f64 {
+    let mut best = f64::INFINITY;
+    for (t, gt) in st.cfg.gpu_types.iter().enumerate() {
+        if !(job.gpu_types.is_empty() || job.gpu_types.contains(&t)) {
+            continue;
+        }
+        for &f in gt.sm_clocks.iter().step_by(4) {
+            let g = world.gpu(
+                t,
+                f64::from(f.0),
+                &[Occupant {
+                    class: job.class,
+                    truth: &job.truth,
+                    share: SharePct::FULL,
+                    active: true,
+                }],
+            );
+            let dynamic = g.power_w - world.idle_w(t);
+            best = best.min(dynamic * job.work_s / g.rate[0].max(1e-12));
+        }
+    }
+    if best.is_finite() { best } else { 0.0 }
 }
 
 /// Whether job `j` could possibly start on `node`: an allowed GPU type, enough idle GPUs for a
@@ -493,39 +697,6 @@ fn could_use(st: &State<'_>, j: usize, node: usize) -> bool {
     }
 }
 
-/// Idle energy of idle GPUs on nodes that were up because another of their GPUs was busy:
-/// everything in `idle_energy_j` that is not a whole-node idle stretch.
-fn partial_node_idle(st: &State<'_>) -> f64 {
-    st.gpus.iter().map(|g| g.idle_energy_j).sum::<f64>()
-        - st.nodes.iter().map(|n| n.whole_idle_j).sum::<f64>()
-}
-
-fn lower_bound_per_work(st: &State<'_>, class_idx: usize, allowed: &[usize]) -> f64 {
-    let class = &st.cfg.classes[class_idx];
-    let reference = &st.cfg.gpu_types[st.cfg.reference_gpu];
-    let mut best = f64::INFINITY;
-    for (t, gt) in st.cfg.gpu_types.iter().enumerate() {
-        if !(allowed.is_empty() || allowed.contains(&t)) {
-            continue;
-        }
-        for &f in &gt.sm_clocks {
-            let p = predict(
-                gt,
-                reference,
-                &[Tenant {
-                    class,
-                    share: SharePct::FULL,
-                    user: 0,
-                }],
-                f,
-                st.params,
-            );
-            best = best.min(p.jobs[0].energy().0 / class.reference_runtime_s);
-        }
-    }
-    if best.is_finite() { best } else { 0.0 }
-}
-
 /// Brings `gpu`'s energy and its jobs' progress up to `t`.
 fn advance_gpu(st: &mut State<'_>, gpu: usize, t: f64) {
     let g = &mut st.gpus[gpu];
@@ -548,15 +719,16 @@ fn advance_gpu(st: &mut State<'_>, gpu: usize, t: f64) {
     }
 }
 
-/// Applies the scheduler's clock to `gpu`, recomputes its jobs' rates and power, and re-issues
-/// their finish events.
-fn refresh_gpu(
-    st: &mut State<'_>,
-    sched: &mut dyn Scheduler,
-    gpu: usize,
-    heap: &mut BinaryHeap<Queued>,
-    seq: &mut u64,
-) {
+/// The user MPS serves on `gpu` now: the first job's, when the GPU is shared through MPS.
+fn mps_user(st: &State<'_>, gpu: usize) -> Option<u32> {
+    let g = &st.gpus[gpu];
+    let first = *g.jobs.first()?;
+    (!st.jobs[first].exclusive).then_some(st.jobs[first].user)
+}
+
+/// Applies the scheduler's clock to `gpu`, recomputes its jobs' true rates and power, and
+/// re-issues their finish events.
+fn refresh_gpu(st: &mut State<'_>, sched: &mut dyn Scheduler, r: &mut Run<'_>, gpu: usize) {
     let t = st.now;
     if st.gpus[gpu].jobs.is_empty() {
         let gt = &st.cfg.gpu_types[st.gpus[gpu].gpu_type];
@@ -569,40 +741,46 @@ fn refresh_gpu(
         return;
     }
     let clock = sched.clock(st, gpu);
-    let pred = st.predict_gpu(gpu, clock);
+    let serving = mps_user(st, gpu);
+    let truth = {
+        let g = &st.gpus[gpu];
+        let occ: Vec<Occupant<'_>> = g
+            .jobs
+            .iter()
+            .map(|&j| {
+                let job = &st.jobs[j];
+                Occupant {
+                    class: job.class,
+                    truth: &job.truth,
+                    share: job.share,
+                    active: serving.is_none_or(|u| u == job.user),
+                }
+            })
+            .collect();
+        r.world.gpu(g.gpu_type, f64::from(clock.0), &occ)
+    };
     let g = &mut st.gpus[gpu];
     g.clock = clock;
-    g.power_w = pred.power.0;
-    g.job_power_w = pred.jobs.iter().map(|p| p.power.0).collect();
-    g.busy_frac = pred.jobs.iter().map(|p| p.busy).sum::<f64>().min(1.0);
+    g.power_w = truth.power_w;
+    g.job_power_w = truth.job_power_w;
+    g.busy_frac = truth.busy;
     let jobs = g.jobs.clone();
     for (k, j) in jobs.into_iter().enumerate() {
-        let class = &st.cfg.classes[st.jobs[j].class];
-        // Reference-seconds of work done per second.
-        let rate_here = class.reference_runtime_s / pred.jobs[k].runtime.0;
         let job = &mut st.jobs[j];
         // A multi-GPU job moves at the pace of its slowest GPU; all its GPUs are alike here.
-        job.rate = rate_here;
+        job.rate = truth.rate[k];
         job.version += 1;
-        let left = (job.work_s - job.done_s).max(0.0);
-        heap.push(Queued {
-            t: t + left / job.rate.max(1e-12),
-            seq: *seq,
-            ev: Event::Finish(j, job.version),
-        });
-        *seq += 1;
+        if job.rate > 0.0 {
+            let left = (job.work_s - job.done_s).max(0.0);
+            let when = t + left / job.rate;
+            let v = job.version;
+            r.push(when, Event::Finish(j, v));
+        }
+        // A blocked job (rate 0) gets its finish event when a later refresh unblocks it.
     }
 }
 
-fn try_start(
-    st: &mut State<'_>,
-    sched: &mut dyn Scheduler,
-    j: usize,
-    heap: &mut BinaryHeap<Queued>,
-    seq: &mut u64,
-    idle_saving: &mut f64,
-    suspend_time_s: f64,
-) -> bool {
+fn try_start(st: &mut State<'_>, sched: &mut dyn Scheduler, r: &mut Run<'_>, j: usize) -> bool {
     let Some(Placement {
         gpus,
         share,
@@ -637,18 +815,10 @@ fn try_start(
     st.nodes[node].res.take(&pod, &local);
     for &g in &gpus {
         if st.gpus[g].jobs.is_empty() {
-            let n = &mut st.nodes[node];
-            if n.busy_gpus == 0 {
-                let idle_w: f64 = n
-                    .gpus
-                    .iter()
-                    .map(|&x| st.cfg.gpu_types[st.gpus[x].gpu_type].idle_power.0)
-                    .sum();
-                let stretch = t - n.idle_since;
-                *idle_saving += idle_w * stretch.min(suspend_time_s);
-                n.whole_idle_j += idle_w * stretch;
+            if st.nodes[node].busy_gpus == 0 {
+                r.meter.wake(node, t);
             }
-            n.busy_gpus += 1;
+            st.nodes[node].busy_gpus += 1;
         }
         st.gpus[g].jobs.push(j);
         let user = format!("u{}", st.jobs[j].user);
@@ -661,18 +831,14 @@ fn try_start(
         st.groups.update(g, &st.view.gpus[g]);
     }
     for &g in &gpus {
-        refresh_gpu(st, sched, g, heap, seq);
+        refresh_gpu(st, sched, r, g);
     }
+    st.version += 1;
+    sched.started(st, j);
     true
 }
 
-fn finish(
-    st: &mut State<'_>,
-    sched: &mut dyn Scheduler,
-    j: usize,
-    heap: &mut BinaryHeap<Queued>,
-    seq: &mut u64,
-) {
+fn finish(st: &mut State<'_>, sched: &mut dyn Scheduler, r: &mut Run<'_>, j: usize) {
     let t = st.now;
     let gpus = st.jobs[j].gpus.clone();
     for &g in &gpus {
@@ -702,11 +868,13 @@ fn finish(
             let n = &mut st.nodes[node];
             n.busy_gpus -= 1;
             if n.busy_gpus == 0 {
-                n.idle_since = t;
+                r.meter.rest(node, t);
             }
         }
-        refresh_gpu(st, sched, g, heap, seq);
+        refresh_gpu(st, sched, r, g);
     }
+    st.version += 1;
+    sched.finished(st, j);
 }
 
 #[cfg(test)]
@@ -806,12 +974,13 @@ mod tests {
             users: 3,
             seed,
         };
-        let jobs = generate_jobs(cfg, trace, gpus, wl);
+        let world = World::new(cfg);
+        let jobs = generate_jobs(cfg, &world, trace, gpus, wl);
         let mut st = build_state(cfg, nodes, jobs);
         let inner = by_name(name, &st, typical).expect("known");
         let mut sched = Checked { inner, checks: 0 };
         let mut finished = 0;
-        let m = run(&mut st, &mut sched, 600.0, |n| finished = n);
+        let m = run(&mut st, &world, &mut sched, 600.0, |n| finished = n);
         assert!(sched.checks > 0);
         assert_eq!(
             finished,
@@ -853,7 +1022,7 @@ mod tests {
                 m.busy_energy_j
             );
             assert!(
-                m.idle_energy_power_saving_j <= m.idle_energy_j + 1e-6,
+                m.idle_until(m.makespan_s).1 <= m.idle_energy_j + 1e-6,
                 "{name}: power saving cannot cost more"
             );
             assert!(
@@ -864,6 +1033,136 @@ mod tests {
                 m.alloc_rate > 0.0 && m.alloc_rate <= 1.0 && m.utilisation <= m.alloc_rate + 1e-9,
                 "{name}"
             );
+        }
+    }
+
+    /// A scheduler that places like plain Slurm but locks every GPU at its lowest clock: the
+    /// world must see the jobs run far slower than their bound allows.
+    struct Crawl;
+
+    impl Scheduler for Crawl {
+        fn name(&self) -> &'static str {
+            "crawl"
+        }
+        fn place(&mut self, st: &State<'_>, j: usize) -> Option<Placement> {
+            let job = &st.jobs[j];
+            crate::sim::cons_tres::select(st, job, &crate::sim::cons_tres::GresRequest::whole(job))
+        }
+        fn clock(&mut self, st: &State<'_>, gpu: usize) -> Mhz {
+            st.cfg.gpu_types[st.gpus[gpu].gpu_type].sm_clocks[0]
+        }
+    }
+
+    #[test]
+    fn violations_are_counted_in_the_world_and_can_be_many() {
+        let (cfg, nodes, trace) = setup();
+        let world = World::new(&cfg);
+        let gpus = nodes.iter().map(|n| n.gpus as usize).sum();
+        let wl = WorkloadParams {
+            load: 0.5,
+            jobs: 200,
+            max_duration_s: 20_000.0,
+            users: 3,
+            seed: 5,
+        };
+        let mut st = build_state(&cfg, &nodes, generate_jobs(&cfg, &world, &trace, gpus, wl));
+        let m = run(&mut st, &world, &mut Crawl, 600.0, |_| {});
+        assert!(m.violations > 100, "{} of 200", m.violations);
+    }
+
+    /// Two users' shares on one GPU through MPS: the second user's job holds its share but makes
+    /// no progress until the first user's job has left (one MPS server per GPU at a time).
+    #[test]
+    fn mps_serves_one_user_at_a_time_for_every_scheduler() {
+        struct OneGpu;
+        impl Scheduler for OneGpu {
+            fn name(&self) -> &'static str {
+                "one-gpu"
+            }
+            fn place(&mut self, st: &State<'_>, _j: usize) -> Option<Placement> {
+                (st.gpus[0].used_share(&st.jobs) + 40 <= 100).then(|| Placement {
+                    gpus: vec![0],
+                    share: SharePct::new(40).expect("40"),
+                    exclusive: false,
+                })
+            }
+        }
+        let (cfg, nodes, trace) = setup();
+        let world = World::new(&cfg);
+        let gpus = nodes.iter().map(|n| n.gpus as usize).sum();
+        let wl = WorkloadParams {
+            load: 0.5,
+            jobs: 2,
+            max_duration_s: 1000.0,
+            users: 1,
+            seed: 3,
+        };
+        let mut jobs = generate_jobs(&cfg, &world, &trace, gpus, wl);
+        let vit = cfg
+            .classes
+            .iter()
+            .position(|c| c.name == "vit-infer")
+            .expect("vit");
+        for (k, j) in jobs.iter_mut().enumerate() {
+            j.class = vit;
+            j.num_gpus = 1;
+            j.gpu_milli = 300;
+            j.pod.num_gpus = 1;
+            j.pod.gpu_milli = 300;
+            j.pod.cpu_milli = 0;
+            j.pod.memory_mib = 0;
+            j.truth.demand = 0.1;
+            j.submit_s = k as f64;
+            j.work_s = 1000.0;
+        }
+        let finish = |users: [u32; 2]| {
+            let mut js = jobs.clone();
+            js[0].user = users[0];
+            js[1].user = users[1];
+            let mut st = build_state(&cfg, &nodes, js);
+            run(&mut st, &world, &mut OneGpu, 600.0, |_| {});
+            (
+                st.jobs[0].finish_s.expect("done"),
+                st.jobs[1].finish_s.expect("done"),
+            )
+        };
+        let (a, b) = finish([1, 1]);
+        assert!(
+            (b - a - 1.0).abs() < 1.0,
+            "one user's jobs share the GPU: {a} {b}"
+        );
+        let (a, b) = finish([1, 2]);
+        assert!(
+            b >= a + 999.0,
+            "the second user waits for the first: {a} {b}"
+        );
+    }
+
+    /// Regression: jobs a scheduler never started vanished from the metrics. They are counted.
+    #[test]
+    fn jobs_that_never_start_are_counted_not_dropped() {
+        let (cfg, nodes, trace) = setup();
+        let world = World::new(&cfg);
+        let gpus = nodes.iter().map(|n| n.gpus as usize).sum();
+        let wl = WorkloadParams {
+            load: 0.5,
+            jobs: 50,
+            max_duration_s: 20_000.0,
+            users: 3,
+            seed: 9,
+        };
+        let mut jobs = generate_jobs(&cfg, &world, &trace, gpus, wl);
+        // No node has 64 GPUs.
+        jobs[10].num_gpus = 64;
+        jobs[10].gpu_milli = 1000;
+        jobs[10].pod.num_gpus = 64;
+        let typical = typical(&trace);
+        for name in NAMES {
+            let mut st = build_state(&cfg, &nodes, jobs.clone());
+            let mut sched = by_name(name, &st, &typical).expect("known");
+            let m = run(&mut st, &world, sched.as_mut(), 600.0, |_| {});
+            assert_eq!((m.unstarted, m.unfinished), (1, 0), "{name}");
+            assert_eq!(m.jct_s.len(), 49, "{name}");
         }
     }
 
@@ -914,8 +1213,9 @@ mod tests {
             users: 3,
             seed: 1,
         };
-        let lo = generate_jobs(&cfg, &trace, gpus, wl(0.4));
-        let hi = generate_jobs(&cfg, &trace, gpus, wl(0.8));
+        let world = World::new(&cfg);
+        let lo = generate_jobs(&cfg, &world, &trace, gpus, wl(0.4));
+        let hi = generate_jobs(&cfg, &world, &trace, gpus, wl(0.8));
         let span = |j: &[SimJob]| j.last().expect("jobs").submit_s;
         assert!(
             (span(&lo) / span(&hi) - 2.0).abs() < 1e-9,

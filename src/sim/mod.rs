@@ -1,8 +1,11 @@
 //! The what-if simulator: replays traces through the same policy code the Slurm plugin runs, next
 //! to faithful implementations of the schedulers people use today.
 
+pub mod cons_tres;
 pub mod engine;
+pub mod experiment;
 pub mod packing;
 pub mod rng;
 pub mod schedulers;
 pub mod trace;
+pub mod world;

@@ -46,6 +46,8 @@ struct JobView {
     nice: u32,
     user_id: u32,
     time_limit: u32,
+    min_cpus: u32,
+    pn_min_memory: u64,
     batch: c_int,
 }
 
@@ -61,6 +63,8 @@ unsafe extern "C" {
     fn hs_nice_offset() -> u32;
     fn hs_no_val() -> u32;
     fn hs_infinite() -> u32;
+    fn hs_no_val64() -> u64;
+    fn hs_mem_per_cpu() -> u64;
     fn hs_eslurm_invalid_gres() -> c_int;
 }
 type LogFn = unsafe extern "C" fn(*const c_char, ...);
@@ -449,6 +453,8 @@ fn submit(desc: *mut c_void, submit_uid: u32, err_msg: *mut *mut c_char) -> c_in
         nice: 0,
         user_id: 0,
         time_limit: 0,
+        min_cpus: 0,
+        pn_min_memory: 0,
         batch: 0,
     };
     // SAFETY: desc is slurmctld's job description; the shim only reads its fields.
@@ -507,7 +513,8 @@ fn submit(desc: *mut c_void, submit_uid: u32, err_msg: *mut *mut c_char) -> c_in
         max_age_s: loaded.cfg.live.snapshot_max_age_s,
     };
     // SAFETY: constants from the headers.
-    let (no_val, infinite) = unsafe { (hs_no_val(), hs_infinite()) };
+    let (no_val, infinite, no_val64, per_cpu) =
+        unsafe { (hs_no_val(), hs_infinite(), hs_no_val64(), hs_mem_per_cpu()) };
     let features = c_str(v.features);
     let prefer = c_str(v.prefer);
     let sub = Submission {
@@ -519,6 +526,11 @@ fn submit(desc: *mut c_void, submit_uid: u32, err_msg: *mut *mut c_char) -> c_in
             .then(|| f64::from(v.time_limit) * 60.0),
         features: features.as_deref(),
         prefer: prefer.as_deref(),
+        cpus: (v.min_cpus != no_val && v.min_cpus > 1).then_some(v.min_cpus),
+        memory_mib: (v.pn_min_memory != no_val64
+            && v.pn_min_memory > 0
+            && v.pn_min_memory & per_cpu == 0)
+            .then_some(v.pn_min_memory),
     };
     let cfg = Arc::clone(&loaded.cfg);
     match decide_with(&cfg, &loaded.site, live_view, &sub, &mut loaded.ctx) {

@@ -42,6 +42,9 @@ unsafe extern "C" {
     fn hs_node_state_unusable() -> u64;
 }
 
+/// slurm.h's MEM_PER_CPU flag on a memory request (a plain constant, not a layout).
+const MEM_PER_CPU: u64 = 0x8000_0000_0000_0000;
+
 /// Slurm's client API, found in the host process (libslurmfull) with dlsym.
 #[derive(Clone, Copy)]
 struct Client {
@@ -376,10 +379,22 @@ fn take(client: &Client, cfg: &Config) -> Result<(Snapshot, Vec<PendingHeshare>)
         unsafe { read_jobs(cfg, &*jobs_msg, &names, &nodes, now) };
     // SAFETY: freed once, with Slurm's function for it.
     unsafe { (client.free_jobs)(jobs_msg) };
-    let usable: Vec<NodeInfo> = nodes
+    // Down, drained and unresponsive nodes take no work: they leave the view, and so do the
+    // holdings on them (indices into the full table become indices into the usable one).
+    let mut remap = Vec::with_capacity(nodes.len());
+    let mut usable: Vec<NodeInfo> = Vec::new();
+    for (n, _, ok) in nodes {
+        remap.push(ok.then_some(usable.len()));
+        if ok {
+            usable.push(n);
+        }
+    }
+    let holdings: Vec<Holding> = holdings
         .into_iter()
-        .filter(|(_, _, ok)| *ok)
-        .map(|(n, _, _)| n)
+        .filter_map(|h| {
+            let node = remap.get(h.node).copied().flatten()?;
+            Some(Holding { node, ..h })
+        })
         .collect();
     let snap = Snapshot::build(cfg, now, &usable, &holdings, &pending);
     Ok((snap, heshare_pending))
@@ -417,6 +432,8 @@ unsafe fn read_nodes(cfg: &Config, msg: &b::node_info_msg_t) -> Vec<(NodeInfo, O
                 name,
                 features,
                 gpus,
+                cpus: u32::from(n.cpus),
+                memory_mib: n.real_memory,
             },
             mps_per_gpu,
             ok,
@@ -499,7 +516,7 @@ unsafe fn read_jobs(
                 }
                 // SAFETY: gres_detail_str holds gres_detail_cnt strings, one per node in order.
                 let detail = c_str(unsafe { *j.gres_detail_str.add(k) }).unwrap_or_default();
-                let (info, mps_per_gpu, _) = &nodes[node];
+                let (_, mps_per_gpu, _) = &nodes[node];
                 for g in job_gres(&detail) {
                     let (indices, share) = match g {
                         JobGres::Whole(ix) => (ix, None),
@@ -517,7 +534,7 @@ unsafe fn read_jobs(
                             exclusive: share.is_none(),
                         };
                         holdings.push(Holding {
-                            node: info.name.clone(),
+                            node,
                             gpu_index: index,
                             job: placed,
                             frees_in_s: frees,
@@ -561,6 +578,9 @@ unsafe fn read_jobs(
                     mps_pct: ask.mps_pct.and_then(|p| u8::try_from(p).ok()),
                     energy_policy: policy,
                     time_limit_s: limit_s,
+                    cpus: (j.num_cpus > 0 && j.num_nodes <= 1).then_some(j.num_cpus),
+                    memory_mib: (j.pn_min_memory > 0 && j.pn_min_memory & MEM_PER_CPU == 0)
+                        .then_some(j.pn_min_memory),
                     offered,
                     form: ask.form,
                 };

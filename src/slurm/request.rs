@@ -225,6 +225,10 @@ pub struct Submission<'a> {
     /// either is offered one type.
     pub features: Option<&'a str>,
     pub prefer: Option<&'a str>,
+    /// CPUs and memory per node it asks for, when it says: a type whose nodes are all too small
+    /// is never offered.
+    pub cpus: Option<u32>,
+    pub memory_mib: Option<u64>,
 }
 
 impl<'a> Submission<'a> {
@@ -238,6 +242,8 @@ impl<'a> Submission<'a> {
             time_limit_s: None,
             features: None,
             prefer: None,
+            cpus: None,
+            memory_mib: None,
         }
     }
 }
@@ -343,14 +349,32 @@ pub fn decide_with(
             "heshare: --gpu-class: unknown class \"{class}\" (known: {known})"
         ));
     }
+    let fresh = live.fresh();
     let fits: Vec<usize> = site
         .present
         .iter()
-        .filter(|&&(_, n)| n >= ask.gpus)
+        .filter(|&&(t, n)| {
+            n >= ask.gpus && fresh.is_none_or(|s| s.can_host(t, ask.gpus, sub.cpus, sub.memory_mib))
+        })
         .map(|&(t, _)| t)
         .collect();
+    // A constraint that only ORs GPU types (`--constraint="a100|t4"`) narrows the types heshare
+    // may choose from, and heshare's own OR of a subset of them stays within it.
+    let user_types = sub.features.and_then(|f| type_disjunction(cfg, f));
     let allowed = match allowed_types(cfg, site, ask, &fits) {
-        Ok(a) => a,
+        Ok(a) => match &user_types {
+            Some(u) => {
+                let both: Vec<usize> = a.into_iter().filter(|t| u.contains(t)).collect();
+                if both.is_empty() {
+                    return Verdict::Annotate(format!(
+                        "heshare: no node big enough for the job has a GPU type of the constraint \"{}\", request left as asked",
+                        sub.features.unwrap_or("")
+                    ));
+                }
+                both
+            }
+            None => a,
+        },
         Err(note) => return Verdict::Annotate(note),
     };
     let req = JobRequest {
@@ -366,14 +390,15 @@ pub fn decide_with(
         time_limit_s: sub.time_limit_s,
         reference_share: Some(asked),
     };
+    // A job heshare's model cannot place within its bound still runs as its user asked: a
+    // prediction is no reason to refuse work.
     let plan = match place_on(cfg, live, &req, &fits, ctx) {
         Ok(p) => p,
-        Err(e) => return Verdict::Reject(format!("heshare: {e}")),
+        Err(e) => return Verdict::Annotate(format!("heshare: {e}; request left as asked")),
     };
-    let feature_types = live
-        .fresh()
-        .map_or(&site.feature_types, |s| &s.feature_types);
-    let own_constraint = sub.features.is_some_and(|f| !f.trim().is_empty())
+    let feature_types = fresh.map_or(&site.feature_types, |s| &s.feature_types);
+    let own_constraint = (user_types.is_none()
+        && sub.features.is_some_and(|f| !f.trim().is_empty()))
         || sub.prefer.is_some_and(|f| !f.trim().is_empty());
     // The user's own type and constraint are never rewritten into a feature expression.
     let typed = own_constraint || ask.gpu_type.is_some();
@@ -405,6 +430,18 @@ fn parse_energy_policy(p: Option<&str>) -> Result<Option<EnergyPolicy>, String> 
 
 /// The types the job may be placed on: those with a node big enough, narrowed to the user's own
 /// type if they named one. `Err`: a note for a request left as asked.
+/// The catalog types of a constraint that is nothing but an OR of GPU type names (`a100|t4`,
+/// `a100`); `None` for anything else (other features, AND, brackets, counts).
+fn type_disjunction(cfg: &Config, features: &str) -> Option<Vec<usize>> {
+    let f = features.trim();
+    if f.is_empty() {
+        return None;
+    }
+    f.split('|')
+        .map(|name| cfg.gpu_type(name.trim()))
+        .collect::<Option<Vec<usize>>>()
+}
+
 fn allowed_types(
     cfg: &Config,
     site: &Site,
@@ -612,6 +649,8 @@ pub struct PendingJob {
     pub mps_pct: Option<u8>,
     pub energy_policy: Option<EnergyPolicy>,
     pub time_limit_s: Option<f64>,
+    pub cpus: Option<u32>,
+    pub memory_mib: Option<u64>,
     /// The types its features offer now, best first (a job whose GRES names a type is not a
     /// pending job heshare can move).
     pub offered: Vec<usize>,
@@ -689,6 +728,8 @@ pub fn reroute(
     };
     let sub = Submission {
         time_limit_s: job.time_limit_s,
+        cpus: job.cpus,
+        memory_mib: job.memory_mib,
         ..Submission::new(Some(&ask), &opts, &job.user)
     };
     match decide_with(cfg, site, live, &sub, ctx) {
@@ -1001,13 +1042,53 @@ mod tests {
             gpus: (0..k)
                 .map(|i| (i, cfg.gpu_type(t).expect("type")))
                 .collect(),
+            cpus: 4,
+            memory_mib: 4000,
         })
         .collect()
     }
 
+    /// Regression: a job too big for every node of a type (here, more CPUs than an a100 node
+    /// has) was offered that type and stayed pending forever.
+    #[test]
+    fn a_type_whose_nodes_are_too_small_is_never_offered() {
+        let cfg = cfg();
+        let site = local_site(&cfg);
+        let snap = Snapshot::build(&cfg, 0.0, &local_nodes(&cfg), &[], &[]);
+        let live = Live {
+            snapshot: Some(&snap),
+            now_s: 0.0,
+            max_age_s: 60.0,
+        };
+        let ask = parse_tres_per_node(Some("gres:gpu:1")).expect("ok");
+        let o = opts("bert-train", None);
+        let fits = rewrite_of(decide(
+            &cfg,
+            &site,
+            live,
+            &Submission {
+                cpus: Some(4),
+                ..Submission::new(ask.as_ref(), &o, "1000")
+            },
+        ));
+        assert!(!fits.offered.is_empty());
+        let too_big = Submission {
+            cpus: Some(8),
+            ..Submission::new(ask.as_ref(), &o, "1000")
+        };
+        assert!(matches!(
+            decide(&cfg, &site, live, &too_big),
+            Verdict::Annotate(n) if n.contains("no node has")
+        ));
+    }
+
+    /// A whole GPU of the local cluster held by `user`'s job (nodes: ha100, hv100, ht4).
     fn hold(node: &str, index: u32, user: &str, frees_in_s: f64) -> Holding {
         Holding {
-            node: node.into(),
+            node: ["ha100", "hv100", "ht4"]
+                .iter()
+                .position(|n| *n == node)
+                .expect("a local node"),
             gpu_index: index,
             job: PlacedJob {
                 class: 0,
@@ -1074,8 +1155,9 @@ mod tests {
             ..live
         };
         let r = rewrite_of(decide(&cfg, &site, live, &sub));
+        // Another type is preferred, so Slurm starts the job there at once (the a100s may stay
+        // offered as a fallback, within the margin).
         assert_ne!(r.offered.first(), cfg.gpu_type("a100").as_ref(), "{r:?}");
-        assert!(!r.offered.contains(&cfg.gpu_type("a100").expect("a100")));
         // Both a100s free in a minute: waiting beats a slower type now, and the comment says so.
         let soon = Snapshot::build(
             &cfg,
@@ -1239,6 +1321,19 @@ mod tests {
         let r = rewrite_of(decide(&cfg, &site, live, &sub));
         assert_eq!(r.offered.len(), 1);
         assert_eq!(r.features, None);
+        // A constraint that only names GPU types narrows the choice, and heshare's offer stays
+        // inside it.
+        let sub_types = Submission {
+            features: Some("t4|v100m16"),
+            ..Submission::new(ask.as_ref(), &o, "1000")
+        };
+        let r2 = rewrite_of(decide(&cfg, &site, live, &sub_types));
+        let allowed = [
+            cfg.gpu_type("t4").expect("t4"),
+            cfg.gpu_type("v100m16").expect("v100"),
+        ];
+        assert!(r2.offered.iter().all(|t| allowed.contains(t)), "{r2:?}");
+        assert!(r2.features.is_some());
         let back = parse_tres_per_node(Some(&r.tres))
             .expect("ok")
             .expect("gpu");
@@ -1301,12 +1396,14 @@ mod tests {
             mps_pct: None,
             energy_policy: None,
             time_limit_s: Some(7200.0),
+            cpus: None,
+            memory_mib: None,
             offered: vec![a100],
             form: TresForm::Colon,
         };
         let mut ctx = PlaceContext::default();
         let r = reroute(&cfg, &site, live, &job, &mut ctx).expect("moved");
-        assert!(!r.offered.contains(&a100));
+        assert_ne!(r.offered.first(), Some(&a100), "{r:?}");
         // Re-deciding the new offer changes nothing: no churn.
         let moved = PendingJob {
             offered: r.offered.clone(),

@@ -8,20 +8,23 @@
 
 use crate::config::Config;
 use crate::model::JobKind;
-use crate::policy::{ClusterView, GpuGroups, GpuSlot, PlacedJob, TypeQueue};
+use crate::policy::{ClusterView, GpuSlot, PlacedJob, TypeQueue};
 
-/// One node: its name, its features, and its GPUs (index on the node, catalog type).
+/// One node: its name, its features, its size, and its GPUs (index on the node, catalog type).
 #[derive(Debug, Clone, PartialEq)]
 pub struct NodeInfo {
     pub name: String,
     pub features: Vec<String>,
     pub gpus: Vec<(u32, usize)>,
+    pub cpus: u32,
+    pub memory_mib: u64,
 }
 
 /// A running job's hold on one GPU.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Holding {
-    pub node: String,
+    /// Index into the node list given to [`Snapshot::build`].
+    pub node: usize,
     pub gpu_index: u32,
     pub job: PlacedJob,
     /// Expected seconds until the job ends (time limit or predicted runtime, less elapsed).
@@ -46,14 +49,17 @@ pub struct Snapshot {
     /// the simulator).
     pub taken_at_s: f64,
     pub view: ClusterView,
-    pub groups: GpuGroups,
+    /// The GPUs no job holds, in view order.
+    idle: Vec<usize>,
     /// Per catalog type: whether a job may be offered it through a node-feature OR constraint
     /// (every node with GPUs of the type has the type's name as a feature and no other GPU type).
     pub feature_types: Vec<bool>,
+    /// Per catalog type: the distinct sizes (GPUs of the type, CPUs, memory MiB) of its nodes.
+    hosts: Vec<Vec<(u32, u32, u64)>>,
 }
 
 impl Snapshot {
-    /// Builds the view, its groups and its queues. Holdings on GPUs the nodes do not list are
+    /// Builds the view and its queues. Holdings on GPUs the nodes do not list are
     /// ignored (a node that left the table between the two reads).
     pub fn build(
         cfg: &Config,
@@ -67,16 +73,17 @@ impl Snapshot {
             gpus: Vec::new(),
             queues: vec![TypeQueue::default(); types],
         };
-        let mut at: rustc_hash::FxHashMap<(&str, u32), usize> = rustc_hash::FxHashMap::default();
+        let mut at: rustc_hash::FxHashMap<(usize, u32), usize> = rustc_hash::FxHashMap::default();
         let mut feature_types = vec![true; types];
         let mut present = vec![false; types];
-        for n in nodes {
+        let mut hosts: Vec<Vec<(u32, u32, u64)>> = vec![Vec::new(); types];
+        for (k, n) in nodes.iter().enumerate() {
             let mut per_type = vec![0u32; types];
             for &(index, t) in &n.gpus {
                 if t >= types {
                     continue;
                 }
-                at.insert((n.name.as_str(), index), view.gpus.len());
+                at.insert((k, index), view.gpus.len());
                 view.gpus.push(GpuSlot {
                     node: n.name.clone(),
                     index,
@@ -88,6 +95,10 @@ impl Snapshot {
             let kinds = per_type.iter().filter(|&&c| c > 0).count();
             for (t, &c) in per_type.iter().enumerate().filter(|(_, c)| **c > 0) {
                 present[t] = true;
+                let size = (c, n.cpus, n.memory_mib);
+                if !hosts[t].contains(&size) {
+                    hosts[t].push(size);
+                }
                 let q = &mut view.queues[t];
                 q.total_gpus += c;
                 q.max_gpus_per_node = q.max_gpus_per_node.max(c);
@@ -103,7 +114,7 @@ impl Snapshot {
         let mut frees: Vec<f64> = vec![f64::NAN; view.gpus.len()];
         let mut holds: Vec<Vec<f64>> = vec![Vec::new(); types];
         for h in holdings {
-            let Some(&g) = at.get(&(h.node.as_str(), h.gpu_index)) else {
+            let Some(&g) = at.get(&(h.node, h.gpu_index)) else {
                 continue;
             };
             view.gpus[g].jobs.push(h.job.clone());
@@ -146,13 +157,44 @@ impl Snapshot {
                 view.queues[t].pending_gpus += part;
             }
         }
-        let groups = GpuGroups::new(&view);
+        let idle = (0..view.gpus.len())
+            .filter(|&g| view.gpus[g].jobs.is_empty())
+            .collect();
         Snapshot {
             taken_at_s,
             view,
-            groups,
+            idle,
             feature_types,
+            hosts,
         }
+    }
+
+    /// The same snapshot as if taken `at` (later), nothing else having changed: every held GPU is
+    /// that much closer to freeing (never below the minute a rebuild would floor it at).
+    pub fn aged_to(&mut self, at: f64) {
+        let dt = (at - self.taken_at_s).max(0.0);
+        for q in &mut self.view.queues {
+            for f in &mut q.frees_in_s {
+                *f = (*f - dt).max(60.0);
+            }
+        }
+        self.taken_at_s = at;
+    }
+
+    /// Whether some node with GPUs of type `t` is big enough for the job (GPUs, and CPUs and
+    /// memory where the job says).
+    pub fn can_host(
+        &self,
+        t: usize,
+        gpus: u32,
+        cpus: Option<u32>,
+        memory_mib: Option<u64>,
+    ) -> bool {
+        self.hosts.get(t).is_some_and(|h| {
+            h.iter().any(|&(g, c, m)| {
+                g >= gpus && cpus.is_none_or(|x| c >= x) && memory_mib.is_none_or(|x| m >= x)
+            })
+        })
     }
 
     /// The GPUs Slurm would hand a one-GPU job of each type if it started now, which are the
@@ -162,7 +204,7 @@ impl Snapshot {
     /// GPUs sees every idle GPU (the node search needs them).
     pub fn slots_for(&self, gpus: u32, share_pct: impl Fn(usize) -> Option<u8>) -> Vec<&GpuSlot> {
         if gpus > 1 {
-            return self.groups.idle().map(|i| &self.view.gpus[i]).collect();
+            return self.idle.iter().map(|&i| &self.view.gpus[i]).collect();
         }
         let types = self.view.queues.len();
         let mut whole: Vec<Option<usize>> = vec![None; types];
@@ -485,30 +527,34 @@ mod tests {
                 name: "ha100".into(),
                 features: vec!["a100".into()],
                 gpus: vec![(0, a100), (1, a100)],
+                cpus: 4,
+                memory_mib: 4000,
             },
             NodeInfo {
                 name: "ht4".into(),
                 features: vec![],
                 gpus: vec![(0, t4), (1, t4)],
+                cpus: 4,
+                memory_mib: 4000,
             },
         ];
         let holdings = vec![
             Holding {
-                node: "ha100".into(),
+                node: 0,
                 gpu_index: 0,
                 job: job(0, 100, "1000"),
                 frees_in_s: 300.0,
                 hold_s: 600.0,
             },
             Holding {
-                node: "ha100".into(),
+                node: 0,
                 gpu_index: 1,
                 job: job(0, 100, "1000"),
                 frees_in_s: 100.0,
                 hold_s: 200.0,
             },
             Holding {
-                node: "ht4".into(),
+                node: 1,
                 gpu_index: 0,
                 job: job(1, 40, "1001"),
                 frees_in_s: 50.0,

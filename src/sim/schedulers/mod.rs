@@ -7,13 +7,15 @@ use crate::units::{Mhz, SharePct};
 
 mod fgd;
 mod gavel;
-mod heshare;
+mod ideal;
+mod shipped;
 mod slurm;
 mod zeus;
 
 pub use fgd::{Fgd, FgdPwr};
 pub use gavel::Gavel;
-pub use heshare::Heshare;
+pub use ideal::HeshareIdeal;
+pub use shipped::Shipped;
 pub use slurm::{SlurmExclusive, SlurmMps};
 pub use zeus::Zeus;
 
@@ -35,10 +37,21 @@ pub trait Scheduler {
     fn clock(&mut self, st: &State<'_>, gpu: usize) -> Mhz {
         st.cfg.gpu_types[st.gpus[gpu].gpu_type].default_sm_clock
     }
+    /// Called before every event with the jobs waiting, in queue order: a scheduler with a
+    /// clock of its own (heshare's snapshot thread) acts here. True if it changed something a
+    /// waiting job may now start on.
+    fn tick(&mut self, _st: &State<'_>, _waiting: &[usize]) -> bool {
+        false
+    }
+    /// Job `j` started (after `place` was taken).
+    fn started(&mut self, _st: &State<'_>, _j: usize) {}
+    /// Job `j` finished.
+    fn finished(&mut self, _st: &State<'_>, _j: usize) {}
 }
 
-/// The scheduler names `--policies` accepts, in report order.
-pub const NAMES: [&str; 7] = [
+/// The scheduler names `--policies` accepts, in report order: the baselines, heshare as it
+/// ships, and heshare-ideal (an omniscient upper bound, never in the headline).
+pub const NAMES: [&str; 8] = [
     "slurm-exclusive",
     "slurm-mps",
     "fgd",
@@ -46,7 +59,13 @@ pub const NAMES: [&str; 7] = [
     "gavel",
     "zeus",
     "heshare",
+    "heshare-ideal",
 ];
+
+/// The names of the baselines (everything that is not heshare).
+pub fn is_baseline(name: &str) -> bool {
+    !name.starts_with("heshare")
+}
 
 /// Builds a scheduler by name; the error lists the known names.
 pub fn by_name<'a>(
@@ -61,7 +80,8 @@ pub fn by_name<'a>(
         "fgd-pwr" => Box::new(FgdPwr::new(typical)),
         "gavel" => Box::new(Gavel),
         "zeus" => Box::new(Zeus::default()),
-        "heshare" => Box::new(Heshare::new(st)),
+        "heshare" => Box::new(Shipped::new(st)),
+        "heshare-ideal" => Box::new(HeshareIdeal::new(st)),
         other => {
             return Err(format!(
                 "unknown policy \"{other}\" (known: {})",
@@ -100,15 +120,4 @@ pub fn idle_gpus_on(st: &State<'_>, node: usize, job: &SimJob) -> Option<Vec<usi
         .take(job.num_gpus as usize)
         .collect();
     (idle.len() == job.num_gpus as usize).then_some(idle)
-}
-
-/// Slurm's default: the first node in order with enough idle GPUs, whole GPUs.
-pub fn first_fit_whole(st: &State<'_>, job: &SimJob) -> Option<Placement> {
-    (0..st.nodes.len())
-        .find_map(|n| idle_gpus_on(st, n, job))
-        .map(|gpus| Placement {
-            gpus,
-            share: SharePct::FULL,
-            exclusive: true,
-        })
 }

@@ -1,12 +1,14 @@
-//! Plain Slurm, the two ways admins run GPUs today (Slurm 22.05 `select/cons_tres`):
-//! * `slurm-exclusive`: every job gets whole GPUs (`--gres=gpu:N`), first fit in node order,
-//!   default clocks. A job that asked for a fraction still holds a whole GPU.
-//! * `slurm-mps`: `gres/mps` shares for fractional jobs at the percentage they asked for, on the
-//!   GPU whose free share fits most tightly (best fit); whole-GPU jobs first fit. A GPU serves
-//!   either `gpu` or `mps` jobs, never both (Slurm's rule), and clocks stay at the default
-//!   (Slurm rejects `--gpu-freq` with MPS).
+//! Plain Slurm, the two ways admins run GPUs today (Slurm 22.05 `select/cons_tres`, modelled in
+//! `sim::cons_tres`: tightest-fit node, first-fit GPUs):
+//! * `slurm-exclusive`: every job gets whole GPUs (`--gres=gpu:N`), default clocks. A job that
+//!   asked for a fraction still holds a whole GPU.
+//! * `slurm-mps`: `gres/mps` shares for fractional jobs at the percentage their trace entry asked
+//!   for (`gpu_milli`, rounded up to whole percents), whole GPUs for the others. A GPU serves
+//!   either `gpu` or `mps` jobs, never both (Slurm's rule), clocks stay at the default (Slurm
+//!   rejects `--gpu-freq` with MPS), and Slurm does not keep users apart on a GPU.
 
-use super::{Placement, Scheduler, first_fit_whole, is_share, node_fits_host, trace_share};
+use super::{Placement, Scheduler, is_share, trace_share};
+use crate::sim::cons_tres::{GresRequest, select};
 use crate::sim::engine::State;
 
 pub struct SlurmExclusive;
@@ -16,7 +18,8 @@ impl Scheduler for SlurmExclusive {
         "slurm-exclusive"
     }
     fn place(&mut self, st: &State<'_>, j: usize) -> Option<Placement> {
-        first_fit_whole(st, &st.jobs[j])
+        let job = &st.jobs[j];
+        select(st, job, &GresRequest::whole(job))
     }
 }
 
@@ -28,31 +31,10 @@ impl Scheduler for SlurmMps {
     }
     fn place(&mut self, st: &State<'_>, j: usize) -> Option<Placement> {
         let job = &st.jobs[j];
-        if !is_share(job) {
-            return first_fit_whole(st, job);
+        let mut req = GresRequest::whole(job);
+        if is_share(job) {
+            req.mps_pct = Some(trace_share(job).get());
         }
-        let want = u32::from(trace_share(job).get());
-        let mut best: Option<(u32, usize)> = None;
-        for (g, gpu) in st.gpus.iter().enumerate() {
-            if !st.type_allowed(job, gpu.gpu_type)
-                || gpu.held_exclusively(&st.jobs)
-                || !st.cfg.gpu_types[gpu.gpu_type].mps
-            {
-                continue;
-            }
-            let used = gpu.used_share(&st.jobs);
-            if used + want > 100 || !node_fits_host(st, gpu.node, job) {
-                continue;
-            }
-            let left = 100 - used - want;
-            if best.is_none_or(|(b, _)| left < b) {
-                best = Some((left, g));
-            }
-        }
-        best.map(|(_, g)| Placement {
-            gpus: vec![g],
-            share: trace_share(job),
-            exclusive: false,
-        })
+        select(st, job, &req)
     }
 }

@@ -1,9 +1,11 @@
 //! Zeus (You, Chung, Chowdhury, NSDI'23): each job alone on its GPU at the operating point that
 //! minimises Zeus's energy-time cost `eta * E + (1 - eta) * MaxPower * T` (its default
-//! `eta_knob` = 0.5), here over the GPU's supported SM clocks. Placement as plain Slurm: whole
-//! GPUs, first fit.
+//! `eta_knob` = 0.5), here over the GPU's supported SM clocks, predicted with the catalog (Zeus
+//! profiles each job online; the catalog stands in for its profile). Placement as plain Slurm:
+//! whole GPUs (`sim::cons_tres`).
 
-use super::{Placement, Scheduler, first_fit_whole};
+use super::{Placement, Scheduler};
+use crate::sim::cons_tres::{GresRequest, select};
 use crate::sim::engine::State;
 use crate::units::Mhz;
 
@@ -22,7 +24,8 @@ impl Scheduler for Zeus {
         "zeus"
     }
     fn place(&mut self, st: &State<'_>, j: usize) -> Option<Placement> {
-        first_fit_whole(st, &st.jobs[j])
+        let job = &st.jobs[j];
+        select(st, job, &GresRequest::whole(job))
     }
     fn clock(&mut self, st: &State<'_>, gpu: usize) -> Mhz {
         let gt = &st.cfg.gpu_types[st.gpus[gpu].gpu_type];

@@ -1,7 +1,8 @@
-//! heshare: `policy::place` on the live cluster view (the same function the Slurm plugin calls)
-//! and, at every join and leave, `policy::optimize` for the GPU's clock (what the node helper
-//! does). A job that asked for a fraction of a GPU lets heshare size its share ("auto"); a
-//! whole-GPU job keeps whole GPUs.
+//! heshare-ideal: an upper bound, not what ships. `policy::place` sees every GPU's occupants at
+//! every moment and is asked again whenever resources free, then puts the job on the exact GPU it
+//! chose (no Slurm in between); at every join and leave `policy::optimize` sets the GPU's clock
+//! (what the node helper does). A job that asked for a fraction of a GPU lets heshare size its
+//! share ("auto"); a whole-GPU job keeps whole GPUs. The shipped path is `shipped.rs`.
 
 use super::{Placement, Scheduler, node_fits_host};
 use crate::model::ModelParams;
@@ -12,15 +13,20 @@ use crate::sim::engine::State;
 use crate::units::{Mhz, SharePct};
 use std::collections::HashMap;
 
-/// For a job of `n` whole GPUs: the idle GPUs of the first node (in cluster order) of each GPU
-/// type with at least `n` idle GPUs of that type, which is where `place` on the whole view would
-/// put it.
-fn first_nodes_with_idle(st: &State<'_>, n: usize) -> Vec<usize> {
+/// For job `j` of `n` whole GPUs: the idle GPUs of the first node (in cluster order) of each GPU
+/// type with at least `n` idle GPUs of that type and room for the job's CPUs and memory, which
+/// is where `place` on the whole view would put it.
+fn first_nodes_with_idle(st: &State<'_>, j: usize, n: usize) -> Vec<usize> {
     let types = st.cfg.gpu_types.len();
     let mut done = vec![false; types];
     let mut idle = vec![0usize; types];
     let mut out = Vec::new();
-    for node in &st.nodes {
+    for (k, node) in st.nodes.iter().enumerate() {
+        // Regression: a big job once waited forever for the first node of a type with enough
+        // idle GPUs but too few CPUs, never shown a node of the same type that could host it.
+        if !node_fits_host(st, k, &st.jobs[j]) {
+            continue;
+        }
         idle.iter_mut().for_each(|c| *c = 0);
         for &g in &node.gpus {
             if st.gpus[g].jobs.is_empty() {
@@ -43,16 +49,16 @@ fn first_nodes_with_idle(st: &State<'_>, n: usize) -> Vec<usize> {
     out
 }
 
-pub struct Heshare {
+pub struct HeshareIdeal {
     node_index: HashMap<String, usize>,
     params: ShareParams,
     /// Remembered sharing plans for the whole run; decisions need no reason text here.
     ctx: PlaceContext,
 }
 
-impl Heshare {
-    pub fn new(st: &State<'_>) -> Heshare {
-        Heshare {
+impl HeshareIdeal {
+    pub fn new(st: &State<'_>) -> HeshareIdeal {
+        HeshareIdeal {
             node_index: st
                 .nodes
                 .iter()
@@ -64,15 +70,16 @@ impl Heshare {
                     contention_kappa: st.cfg.policy.contention_kappa,
                 },
                 share_step_pct: st.cfg.policy.mps_share_step_pct,
+                energy_weight: st.cfg.policy.energy_weight,
             },
-            ctx: PlaceContext::quiet(),
+            ctx: PlaceContext::simulation(),
         }
     }
 }
 
-impl Scheduler for Heshare {
+impl Scheduler for HeshareIdeal {
     fn name(&self) -> &'static str {
-        "heshare"
+        "heshare-ideal"
     }
 
     fn place(&mut self, st: &State<'_>, j: usize) -> Option<Placement> {
@@ -104,17 +111,37 @@ impl Scheduler for Heshare {
                 .map(|g| &st.view.gpus[g])
                 .collect()
         } else {
-            first_nodes_with_idle(st, job.num_gpus as usize)
+            first_nodes_with_idle(st, j, job.num_gpus as usize)
                 .into_iter()
                 .map(|g| &st.view.gpus[g])
                 .collect()
         };
-        let plan = place_slots(st.cfg, &slots, &[], &req, &mut self.ctx).ok()?;
+        let mut plan = place_slots(st.cfg, &slots, &[], &req, &mut self.ctx).ok()?;
+        let fits = |plan: &crate::policy::Plan| {
+            plan.decision
+                .node
+                .as_deref()
+                .and_then(|n| self.node_index.get(n))
+                .is_some_and(|&k| node_fits_host(st, k, job))
+        };
+        if !fits(&plan) {
+            // The first GPU of a group sits on a node too small for this job: decide again among
+            // the GPUs whose nodes can host it (rare, so the whole view).
+            let hosts: Vec<&GpuSlot> = st
+                .view
+                .gpus
+                .iter()
+                .enumerate()
+                .filter(|(g, _)| node_fits_host(st, st.gpus[*g].node, job))
+                .map(|(_, s)| s)
+                .collect();
+            plan = place_slots(st.cfg, &hosts, &[], &req, &mut self.ctx).ok()?;
+            if !fits(&plan) {
+                return None;
+            }
+        }
         let d = plan.decision;
         let node = *self.node_index.get(d.node.as_deref()?)?;
-        if !node_fits_host(st, node, job) {
-            return None;
-        }
         let gpus: Vec<usize> = d
             .gpu_indices
             .iter()
@@ -132,25 +159,35 @@ impl Scheduler for Heshare {
     }
 
     fn clock(&mut self, st: &State<'_>, gpu: usize) -> Mhz {
-        let g = &st.gpus[gpu];
-        let gt = &st.cfg.gpu_types[g.gpu_type];
-        let jobs: Vec<ShareJob<'_>> = g
-            .jobs
-            .iter()
-            .map(|&j| {
-                let class = &st.cfg.classes[st.jobs[j].class];
-                ShareJob {
-                    class,
-                    share: ShareSpec::Fixed(st.jobs[j].share),
-                    user: st.jobs[j].user,
-                    bound: class.slowdown_bound.unwrap_or(st.cfg.policy.slowdown_bound),
-                }
-            })
-            .collect();
-        self.ctx
-            .optimize(st.cfg, g.gpu_type, &jobs, self.params)
-            .as_ref()
-            .as_ref()
-            .map_or(gt.default_sm_clock, |p| p.clock)
+        node_helper_clock(st, gpu, &mut self.ctx, self.params)
     }
+}
+
+/// The SM clock the node helper locks for `gpu`'s jobs: the sharing optimizer on their classes,
+/// shares and bounds (the default clock if it finds none within every bound).
+pub fn node_helper_clock(
+    st: &State<'_>,
+    gpu: usize,
+    ctx: &mut PlaceContext,
+    params: ShareParams,
+) -> Mhz {
+    let g = &st.gpus[gpu];
+    let gt = &st.cfg.gpu_types[g.gpu_type];
+    let jobs: Vec<ShareJob<'_>> = g
+        .jobs
+        .iter()
+        .map(|&j| {
+            let class = &st.cfg.classes[st.jobs[j].class];
+            ShareJob {
+                class,
+                share: ShareSpec::Fixed(st.jobs[j].share),
+                user: st.jobs[j].user,
+                bound: class.slowdown_bound.unwrap_or(st.cfg.policy.slowdown_bound),
+            }
+        })
+        .collect();
+    ctx.optimize(st.cfg, g.gpu_type, &jobs, params)
+        .as_ref()
+        .as_ref()
+        .map_or(gt.default_sm_clock, |p| p.clock)
 }

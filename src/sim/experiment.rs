@@ -1,0 +1,427 @@
+//! One time-mode experiment: the cluster scaled from a node list, jobs drawn from a trace for each
+//! seed, every scheduler run on the same jobs in the same world, and the results summed up the
+//! way the comparison needs them: energy over a common horizon (per seed, until the last job of
+//! the slowest scheduler ends; idle nodes suspended as Slurm's power saving does, always-on
+//! beside it), every job accounted for, the headline ratios of heshare as it ships against the
+//! best baseline per seed with their spread, heshare-ideal apart, and heshare's predictor error
+//! against the world.
+//!
+//! The CLI (`cli::simulate_time`) only parses arguments and prints this.
+
+use super::engine::{self, RunMetrics, WorkloadParams};
+use super::packing::{Pod, TypicalPods};
+use super::schedulers::{self, NAMES, is_baseline};
+use super::trace::TraceJob;
+use super::world::World;
+use crate::cluster::Node;
+use crate::config::Config;
+use serde::Serialize;
+
+/// What to run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Spec {
+    pub load: f64,
+    pub jobs: usize,
+    pub seeds: Vec<u64>,
+    pub max_duration_s: f64,
+    pub users: u32,
+    pub suspend_time_s: f64,
+    pub policies: Vec<String>,
+    pub threads: usize,
+}
+
+/// Keeps `scale` of the nodes of each GPU model (at least one), in file order, so the scaled
+/// cluster has the original's model mix.
+pub fn scale_nodes(nodes: &[Node], scale: f64) -> Vec<Node> {
+    let mut out = Vec::new();
+    let mut types: Vec<Option<usize>> = nodes.iter().map(|n| n.gpu_type).collect();
+    types.sort_unstable();
+    types.dedup();
+    for t in types.into_iter().flatten() {
+        let of_type: Vec<&Node> = nodes.iter().filter(|n| n.gpu_type == Some(t)).collect();
+        #[allow(
+            clippy::cast_precision_loss,
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss
+        )]
+        let keep = ((of_type.len() as f64 * scale).round() as usize).clamp(1, of_type.len());
+        // Evenly spaced, so node sizes within a model keep their mix too.
+        out.extend((0..keep).map(|k| of_type[k * of_type.len() / keep].clone()));
+    }
+    out.sort_by_key(|n| nodes.iter().position(|m| m.name == n.name));
+    out
+}
+
+/// One scheduler on one seed, with its energy closed at the seed's common horizon.
+#[derive(Debug, Clone, Serialize)]
+pub struct SeedRun {
+    pub policy: String,
+    pub seed: u64,
+    pub jobs: usize,
+    pub unstarted: usize,
+    pub unfinished: usize,
+    /// Busy energy plus idle energy until the common horizon, idle nodes suspended.
+    pub energy_kwh: f64,
+    /// The same with every GPU always on.
+    pub energy_always_on_kwh: f64,
+    pub busy_energy_kwh: f64,
+    pub energy_per_job_kj: f64,
+    pub mean_jct_s: f64,
+    pub mean_wait_s: f64,
+    pub mean_run_s: f64,
+    pub p99_jct_s: f64,
+    pub makespan_s: f64,
+    pub horizon_s: f64,
+    pub alloc_rate: f64,
+    pub utilisation: f64,
+    pub violations: usize,
+    pub energy_lower_bound_kwh: f64,
+    /// Simulation speed (machine-dependent).
+    pub sim_jobs_per_s: f64,
+    #[serde(skip)]
+    pub jct_s: Vec<f64>,
+    #[serde(skip)]
+    pub errors: Vec<engine::PredictionError>,
+}
+
+/// One scheduler over all seeds.
+#[derive(Debug, Clone, Serialize)]
+pub struct PolicyRow {
+    pub policy: String,
+    pub jobs: usize,
+    pub unstarted: usize,
+    pub unfinished: usize,
+    pub energy_kwh: f64,
+    pub energy_always_on_kwh: f64,
+    pub busy_energy_kwh: f64,
+    pub energy_per_job_kj: f64,
+    pub mean_jct_s: f64,
+    pub mean_wait_s: f64,
+    pub mean_run_s: f64,
+    pub p50_jct_s: f64,
+    pub p99_jct_s: f64,
+    pub makespan_s: f64,
+    pub alloc_rate: f64,
+    pub utilisation: f64,
+    pub violations: usize,
+    pub sim_jobs_per_s: f64,
+}
+
+/// A ratio of heshare's to the best baseline's value, per seed (best baseline per seed), with
+/// its spread.
+#[derive(Debug, Clone, Serialize)]
+pub struct Ratio {
+    pub metric: &'static str,
+    /// The baseline best on this metric most often over the seeds.
+    pub best_baseline: String,
+    pub min: f64,
+    pub median: f64,
+    pub max: f64,
+    pub per_seed: Vec<f64>,
+}
+
+/// The predictor's error for one class on one GPU type, over the jobs that ran there.
+#[derive(Debug, Clone, Serialize)]
+pub struct ErrorRow {
+    pub class: String,
+    pub gpu_type: String,
+    pub jobs: usize,
+    /// Predicted over realised runtime alone at the default clock: median, 10th, 90th percentile.
+    pub runtime_median: f64,
+    pub runtime_p10: f64,
+    pub runtime_p90: f64,
+    pub energy_median: f64,
+}
+
+/// Everything one experiment found.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub load: f64,
+    pub seeds: Vec<u64>,
+    pub jobs_per_seed: usize,
+    pub gpus: usize,
+    pub nodes: usize,
+    pub suspend_time_s: f64,
+    pub snapshot_period_s: f64,
+    pub rows: Vec<PolicyRow>,
+    /// heshare as it ships against the best baseline.
+    pub shipped: Vec<Ratio>,
+    /// heshare-ideal against the best baseline (an upper bound, not a result).
+    pub ideal: Vec<Ratio>,
+    pub predictor_error: Vec<ErrorRow>,
+    pub energy_lower_bound_kwh: f64,
+    pub runs: Vec<SeedRun>,
+}
+
+impl Report {
+    /// Jobs that never started or never finished, over every run.
+    pub fn missing_jobs(&self) -> usize {
+        self.rows.iter().map(|r| r.unstarted + r.unfinished).sum()
+    }
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    crate::report::percentile(sorted, p).unwrap_or(f64::NAN)
+}
+
+fn median_of(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    percentile(&s, 0.5)
+}
+
+/// Runs the experiment. `progress` is called with each finished job (from worker threads).
+pub fn run(
+    cfg: &Config,
+    nodes: &[Node],
+    trace: &[TraceJob],
+    spec: &Spec,
+    progress: &(dyn Fn() + Sync),
+) -> Result<Report, String> {
+    for n in &spec.policies {
+        if !NAMES.contains(&n.as_str()) {
+            return Err(format!(
+                "unknown time-mode policy \"{n}\" (known: {})",
+                NAMES.join(", ")
+            ));
+        }
+    }
+    let world = World::new(cfg);
+    let gpus: usize = nodes.iter().map(|n| n.gpus as usize).sum();
+    let pods: Vec<Pod> = trace.iter().map(Pod::from_trace).collect();
+    let typical = TypicalPods::from_pods(&pods);
+    let tasks: Vec<(usize, u64)> = spec
+        .policies
+        .iter()
+        .enumerate()
+        .flat_map(|(p, _)| spec.seeds.iter().map(move |&s| (p, s)))
+        .collect();
+    let mut done: Vec<(usize, u64, RunMetrics, f64)> = Vec::new();
+    for chunk in tasks.chunks(spec.threads.max(1)) {
+        let got: Vec<Result<(usize, u64, RunMetrics, f64), String>> = std::thread::scope(|s| {
+            let handles: Vec<_> = chunk
+                .iter()
+                .map(|&(p, seed)| {
+                    let (world, typical, name) = (&world, &typical, &spec.policies[p]);
+                    s.spawn(move || -> Result<(usize, u64, RunMetrics, f64), String> {
+                        let wl = WorkloadParams {
+                            load: spec.load,
+                            jobs: spec.jobs,
+                            max_duration_s: spec.max_duration_s,
+                            users: spec.users,
+                            seed,
+                        };
+                        let jobs = engine::generate_jobs(cfg, world, trace, gpus, wl);
+                        let mut st = engine::build_state(cfg, nodes, jobs);
+                        let mut sched = schedulers::by_name(name, &st, typical)?;
+                        let started = std::time::Instant::now();
+                        let m = engine::run(
+                            &mut st,
+                            world,
+                            sched.as_mut(),
+                            spec.suspend_time_s,
+                            |_| progress(),
+                        );
+                        Ok((p, seed, m, started.elapsed().as_secs_f64()))
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join()
+                        .map_err(|_| "a simulation thread panicked".to_owned())
+                        .and_then(|r| r)
+                })
+                .collect()
+        });
+        for r in got {
+            done.push(r?);
+        }
+    }
+    Ok(summarise(cfg, spec, gpus, nodes.len(), &done))
+}
+
+fn summarise(
+    cfg: &Config,
+    spec: &Spec,
+    gpus: usize,
+    nodes: usize,
+    done: &[(usize, u64, RunMetrics, f64)],
+) -> Report {
+    // The common horizon of each seed: the end of its slowest scheduler's run.
+    let horizon = |seed: u64| {
+        done.iter()
+            .filter(|d| d.1 == seed)
+            .map(|d| d.2.makespan_s)
+            .fold(0.0, f64::max)
+    };
+    let mut runs: Vec<SeedRun> = Vec::new();
+    for (p, seed, m, secs) in done {
+        let h = horizon(*seed);
+        let (always_on, saving) = m.idle_until(h);
+        let mut jct = m.jct_s.clone();
+        jct.sort_by(f64::total_cmp);
+        #[allow(clippy::cast_precision_loss)]
+        let per_job = (m.busy_energy_j + saving) / m.jobs.max(1) as f64 / 1e3;
+        #[allow(clippy::cast_precision_loss)]
+        runs.push(SeedRun {
+            policy: spec.policies[*p].clone(),
+            seed: *seed,
+            jobs: m.jobs,
+            unstarted: m.unstarted,
+            unfinished: m.unfinished,
+            energy_kwh: (m.busy_energy_j + saving) / 3.6e6,
+            energy_always_on_kwh: (m.busy_energy_j + always_on) / 3.6e6,
+            busy_energy_kwh: m.busy_energy_j / 3.6e6,
+            energy_per_job_kj: per_job,
+            mean_jct_s: jct.iter().sum::<f64>() / jct.len().max(1) as f64,
+            mean_wait_s: m.mean_wait_s,
+            mean_run_s: m.mean_run_s,
+            p99_jct_s: percentile(&jct, 0.99),
+            makespan_s: m.makespan_s,
+            horizon_s: h,
+            alloc_rate: m.alloc_rate,
+            utilisation: m.utilisation,
+            violations: m.violations,
+            energy_lower_bound_kwh: m.energy_lower_bound_j / 3.6e6,
+            sim_jobs_per_s: m.jobs as f64 / secs.max(1e-9),
+            jct_s: jct,
+            errors: m.errors.clone(),
+        });
+    }
+    let mut rows = Vec::new();
+    for name in &spec.policies {
+        let rs: Vec<&SeedRun> = runs.iter().filter(|r| &r.policy == name).collect();
+        #[allow(clippy::cast_precision_loss)]
+        let n = rs.len().max(1) as f64;
+        let mean = |f: &dyn Fn(&SeedRun) -> f64| rs.iter().map(|r| f(r)).sum::<f64>() / n;
+        let mut jct: Vec<f64> = rs.iter().flat_map(|r| r.jct_s.iter().copied()).collect();
+        jct.sort_by(f64::total_cmp);
+        #[allow(clippy::cast_precision_loss)]
+        rows.push(PolicyRow {
+            policy: name.clone(),
+            jobs: rs.iter().map(|r| r.jobs).sum(),
+            unstarted: rs.iter().map(|r| r.unstarted).sum(),
+            unfinished: rs.iter().map(|r| r.unfinished).sum(),
+            energy_kwh: mean(&|r| r.energy_kwh),
+            energy_always_on_kwh: mean(&|r| r.energy_always_on_kwh),
+            busy_energy_kwh: mean(&|r| r.busy_energy_kwh),
+            energy_per_job_kj: mean(&|r| r.energy_per_job_kj),
+            mean_jct_s: jct.iter().sum::<f64>() / jct.len().max(1) as f64,
+            mean_wait_s: mean(&|r| r.mean_wait_s),
+            mean_run_s: mean(&|r| r.mean_run_s),
+            p50_jct_s: percentile(&jct, 0.5),
+            p99_jct_s: percentile(&jct, 0.99),
+            makespan_s: mean(&|r| r.makespan_s),
+            alloc_rate: mean(&|r| r.alloc_rate),
+            utilisation: mean(&|r| r.utilisation),
+            violations: rs.iter().map(|r| r.violations).sum(),
+            sim_jobs_per_s: mean(&|r| r.sim_jobs_per_s),
+        });
+    }
+    let ratios = |who: &str| -> Vec<Ratio> {
+        type Metric = (&'static str, fn(&SeedRun) -> f64);
+        let metrics: [Metric; 6] = [
+            ("energy per job", |r| r.energy_per_job_kj),
+            ("energy per job, always on", |r| {
+                #[allow(clippy::cast_precision_loss)]
+                let e = r.energy_always_on_kwh * 3.6e3 / r.jobs.max(1) as f64;
+                e
+            }),
+            ("busy energy", |r| r.busy_energy_kwh),
+            ("mean JCT", |r| r.mean_jct_s),
+            ("p99 JCT", |r| r.p99_jct_s),
+            ("makespan", |r| r.makespan_s),
+        ];
+        let mut out = Vec::new();
+        for (metric, f) in metrics {
+            let mut per_seed = Vec::new();
+            let mut winners: Vec<String> = Vec::new();
+            for &seed in &spec.seeds {
+                let Some(h) = runs.iter().find(|r| r.seed == seed && r.policy == who) else {
+                    continue;
+                };
+                let best = runs
+                    .iter()
+                    .filter(|r| r.seed == seed && is_baseline(&r.policy))
+                    .min_by(|a, b| f(a).total_cmp(&f(b)));
+                if let Some(b) = best {
+                    per_seed.push(f(h) / f(b));
+                    winners.push(b.policy.clone());
+                }
+            }
+            if per_seed.is_empty() {
+                continue;
+            }
+            winners.sort();
+            let best_baseline = winners
+                .iter()
+                .max_by_key(|w| winners.iter().filter(|x| x == w).count())
+                .cloned()
+                .unwrap_or_default();
+            let mut sorted = per_seed.clone();
+            sorted.sort_by(f64::total_cmp);
+            out.push(Ratio {
+                metric,
+                best_baseline,
+                min: sorted[0],
+                median: median_of(&sorted),
+                max: sorted[sorted.len() - 1],
+                per_seed,
+            });
+        }
+        out
+    };
+    let shipped = ratios("heshare");
+    let ideal = ratios("heshare-ideal");
+    // Predictor error over the finished jobs of heshare's own runs (of every run when heshare was
+    // not among the policies): what its decisions were based on against what the world did.
+    let mut by: std::collections::BTreeMap<(usize, usize), Vec<(f64, f64)>> =
+        std::collections::BTreeMap::new();
+    let any_heshare = runs.iter().any(|r| r.policy == "heshare");
+    for r in runs
+        .iter()
+        .filter(|r| !any_heshare || r.policy == "heshare")
+    {
+        for e in &r.errors {
+            by.entry((e.class, e.gpu_type))
+                .or_default()
+                .push((e.runtime_ratio, e.energy_ratio));
+        }
+    }
+    let predictor_error = by
+        .into_iter()
+        .map(|((c, t), v)| {
+            let mut rt: Vec<f64> = v.iter().map(|x| x.0).collect();
+            let mut en: Vec<f64> = v.iter().map(|x| x.1).collect();
+            rt.sort_by(f64::total_cmp);
+            en.sort_by(f64::total_cmp);
+            ErrorRow {
+                class: cfg.classes[c].name.clone(),
+                gpu_type: cfg.gpu_types[t].name.clone(),
+                jobs: v.len(),
+                runtime_median: percentile(&rt, 0.5),
+                runtime_p10: percentile(&rt, 0.1),
+                runtime_p90: percentile(&rt, 0.9),
+                energy_median: percentile(&en, 0.5),
+            }
+        })
+        .collect();
+    let bounds: Vec<f64> = runs.iter().map(|r| r.energy_lower_bound_kwh).collect();
+    Report {
+        load: spec.load,
+        seeds: spec.seeds.clone(),
+        jobs_per_seed: spec.jobs,
+        gpus,
+        nodes,
+        suspend_time_s: spec.suspend_time_s,
+        snapshot_period_s: cfg.live.snapshot_period_s,
+        rows,
+        shipped,
+        ideal,
+        predictor_error,
+        energy_lower_bound_kwh: median_of(&bounds),
+        runs,
+    }
+}

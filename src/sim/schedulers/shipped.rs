@@ -1,0 +1,313 @@
+//! heshare as it ships: the job_submit plugin's own decision (`slurm::request::decide_with`) on
+//! the snapshot its thread would hold, followed by Slurm's own node and GPU choice
+//! (`sim::cons_tres`), and the node helper's clock.
+//!
+//! * The snapshot is taken every `[live] snapshot_period_s` of simulated time from the cluster as
+//!   it was at that instant (`slurm::snapshot::Snapshot::build` on the same records the thread
+//!   reads from Slurm: nodes with their type as a feature, running jobs with their time left by
+//!   their limit, pending demand), so a decision sees a view up to one period old.
+//! * A job is decided once, when it is submitted; Slurm then starts it on whatever its rewritten
+//!   request allows (an offered type, preferring the best), when it fits.
+//! * On every new snapshot the pending jobs heshare placed are re-decided (`reroute`, at most
+//!   `reroute_max_jobs` in queue order) and their offer changed where the plugin would.
+//! * Users submit `--gres=gpu:N --gpu-class=CLASS` for whole-GPU jobs and add `--gpu-share=auto`
+//!   for a job the trace gives a fraction of a GPU (heshare sizes the share from the class); the
+//!   trace's allowed GPU models are a typed GRES (one model) or the user's own `--constraint`
+//!   (several).
+
+use super::ideal::node_helper_clock;
+use super::{Placement, Scheduler};
+use crate::model::ModelParams;
+use crate::policy::{PlaceContext, PlacedJob, ShareParams};
+use crate::sim::cons_tres::{GresRequest, select};
+use crate::sim::engine::State;
+use crate::slurm::request::{
+    GpuAsk, Live, Options, PendingJob, Site, Submission, TresForm, Verdict, decide_with, reroute,
+};
+use crate::slurm::snapshot::{Holding, NodeInfo, Pending, Snapshot};
+use crate::units::Mhz;
+use rustc_hash::FxHashMap;
+
+/// What Slurm holds for one job after the plugin ran.
+#[derive(Debug, Clone)]
+struct Held {
+    gres: GresRequest,
+    /// Set when heshare placed the job through features (it may move while pending).
+    movable: Option<PendingJob>,
+}
+
+pub struct Shipped {
+    site: Site,
+    period_s: f64,
+    snapshot: Option<Snapshot>,
+    /// Index of the period the snapshot was taken in, and the cluster's version then.
+    taken: Option<i64>,
+    version: u64,
+    held: FxHashMap<usize, Held>,
+    /// The plugin's plans, kept between submissions (as in slurmctld). Quiet: the decision is
+    /// the same, only the AdminComment's reason text (which nothing here reads) is skipped.
+    plugin_ctx: PlaceContext,
+    /// The node helper's optimizer runs.
+    helper_ctx: PlaceContext,
+    params: ShareParams,
+    /// Jobs moved by re-routing, for the report.
+    pub moved: usize,
+    /// What the snapshot thread reads of the nodes (they never change here), and the users'
+    /// names, built once.
+    nodes: Vec<NodeInfo>,
+    users: Vec<String>,
+}
+
+impl Shipped {
+    pub fn new(st: &State<'_>) -> Shipped {
+        let types = st.cfg.gpu_types.len();
+        let mut present = vec![0u32; types];
+        for n in &st.nodes {
+            if let Some(t) = n.res.gpu_type {
+                present[t] = present[t].max(u32::try_from(n.gpus.len()).unwrap_or(u32::MAX));
+            }
+        }
+        Shipped {
+            site: Site {
+                present: present
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, n)| **n > 0)
+                    .map(|(t, &n)| (t, n))
+                    .collect(),
+                // Every simulated node has one GPU type and carries it as a feature.
+                feature_types: present.iter().map(|&n| n > 0).collect(),
+            },
+            period_s: st.cfg.live.snapshot_period_s,
+            snapshot: None,
+            taken: None,
+            version: 0,
+            held: FxHashMap::default(),
+            plugin_ctx: PlaceContext::quiet(),
+            helper_ctx: PlaceContext::quiet(),
+            params: ShareParams {
+                model: ModelParams {
+                    contention_kappa: st.cfg.policy.contention_kappa,
+                },
+                share_step_pct: st.cfg.policy.mps_share_step_pct,
+                energy_weight: st.cfg.policy.energy_weight,
+            },
+            moved: 0,
+            nodes: st
+                .nodes
+                .iter()
+                .map(|n| {
+                    let t = n.res.gpu_type.unwrap_or(0);
+                    NodeInfo {
+                        name: n.name.clone(),
+                        features: vec![st.cfg.gpu_types[t].name.clone()],
+                        gpus: n.gpus.iter().map(|&g| (st.gpus[g].index, t)).collect(),
+                        cpus: u32::try_from(n.cpu_milli / 1000).unwrap_or(u32::MAX),
+                        memory_mib: n.memory_mib,
+                    }
+                })
+                .collect(),
+            users: Vec::new(),
+        }
+    }
+
+    fn user(&mut self, u: u32) -> &str {
+        let u = u as usize;
+        while self.users.len() <= u {
+            self.users.push(format!("u{}", self.users.len()));
+        }
+        &self.users[u]
+    }
+
+    /// The plugin's view at `at`: the cluster as it stands (nothing changed since `at`).
+    fn take_snapshot(&mut self, st: &State<'_>, at: f64, waiting: &[usize]) -> Snapshot {
+        let mut holdings = Vec::new();
+        for g in &st.gpus {
+            for &j in &g.jobs {
+                let job = &st.jobs[j];
+                let start = job.start_s.unwrap_or(at);
+                let user = self.user(job.user).to_owned();
+                holdings.push(Holding {
+                    node: g.node,
+                    gpu_index: g.index,
+                    job: PlacedJob {
+                        class: job.class,
+                        share: job.share,
+                        user,
+                        exclusive: job.exclusive,
+                    },
+                    frees_in_s: (start + job.limit_s - at).max(60.0),
+                    hold_s: job.limit_s,
+                });
+            }
+        }
+        let pending: Vec<Pending> = waiting
+            .iter()
+            .map(|&j| {
+                let job = &st.jobs[j];
+                match self.held.get(&j) {
+                    Some(h) => Pending {
+                        types: h.gres.types.clone(),
+                        gpus: h
+                            .gres
+                            .mps_pct
+                            .map_or(f64::from(h.gres.gpus), |p| f64::from(p) / 100.0),
+                    },
+                    None => Pending {
+                        types: job.gpu_types.clone(),
+                        gpus: f64::from(job.num_gpus) * f64::from(job.gpu_milli) / 1000.0,
+                    },
+                }
+            })
+            .collect();
+        Snapshot::build(st.cfg, at, &self.nodes, &holdings, &pending)
+    }
+
+    /// The plugin's decision for job `j`, submitted now.
+    fn submit(&mut self, st: &State<'_>, j: usize) -> Held {
+        let job = &st.jobs[j];
+        let share = job.num_gpus == 1 && job.gpu_milli < 1000;
+        let typed =
+            (job.gpu_types.len() == 1).then(|| st.cfg.gpu_types[job.gpu_types[0]].name.clone());
+        let constraint = (job.gpu_types.len() > 1).then(|| {
+            job.gpu_types
+                .iter()
+                .map(|&t| st.cfg.gpu_types[t].name.as_str())
+                .collect::<Vec<_>>()
+                .join("|")
+        });
+        let ask = GpuAsk {
+            gpus: job.num_gpus,
+            gpu_type: typed,
+            mps_pct: None,
+            form: TresForm::Colon,
+            others: vec![],
+            per_job: false,
+        };
+        let opts = Options {
+            gpu_share: share.then(|| "auto".to_owned()),
+            gpu_class: Some(st.cfg.classes[job.class].name.clone()),
+            energy_policy: None,
+        };
+        let user = format!("u{}", job.user);
+        // Slurm counts whole CPUs.
+        let cpus = u32::try_from((job.pod.cpu_milli.max(0) + 999) / 1000).ok();
+        let memory_mib = u64::try_from(job.pod.memory_mib).ok();
+        let sub = Submission {
+            time_limit_s: Some(job.limit_s),
+            features: constraint.as_deref(),
+            cpus,
+            memory_mib,
+            ..Submission::new(Some(&ask), &opts, &user)
+        };
+        let live = Live {
+            snapshot: self.snapshot.as_ref(),
+            now_s: st.now,
+            max_age_s: st.cfg.live.snapshot_max_age_s,
+        };
+        match decide_with(st.cfg, &self.site, live, &sub, &mut self.plugin_ctx) {
+            Verdict::Rewrite(r) => {
+                let prefer = r.prefer.as_deref().and_then(|p| st.cfg.gpu_type(p));
+                let gres = GresRequest {
+                    gpus: r.gpus,
+                    mps_pct: r.mps_pct,
+                    types: r.offered.clone(),
+                    prefer,
+                };
+                let movable = r.features.is_some().then(|| PendingJob {
+                    class: st.cfg.classes[job.class].name.clone(),
+                    user,
+                    gpus: r.gpus,
+                    mps_pct: r.mps_pct,
+                    energy_policy: None,
+                    time_limit_s: Some(job.limit_s),
+                    cpus,
+                    memory_mib,
+                    offered: r.offered.clone(),
+                    form: TresForm::Colon,
+                });
+                Held { gres, movable }
+            }
+            // Left as asked (or refused, which a user would answer by submitting without the
+            // class): whole GPUs of the trace's types.
+            _ => Held {
+                gres: GresRequest::whole(job),
+                movable: None,
+            },
+        }
+    }
+}
+
+impl Scheduler for Shipped {
+    fn name(&self) -> &'static str {
+        "heshare"
+    }
+
+    fn tick(&mut self, st: &State<'_>, waiting: &[usize]) -> bool {
+        // Periods are numbered from the run's start; the cast is exact for any simulated time
+        // below 2^53 seconds.
+        #[allow(clippy::cast_possible_truncation)]
+        let k = (st.now / self.period_s).floor() as i64;
+        if self.taken.is_some_and(|t| t >= k) {
+            return false;
+        }
+        // Nothing changed since the last event, so the cluster now is the cluster at the tick.
+        #[allow(clippy::cast_precision_loss)]
+        let at = k as f64 * self.period_s;
+        self.taken = Some(k);
+        // A cluster that has not changed since the last snapshot gives the same one, older
+        // (rebuilding it would only cost time); its pending jobs were re-decided on it already.
+        if let (Some(s), true) = (self.snapshot.as_mut(), st.version == self.version) {
+            s.aged_to(at);
+            return false;
+        }
+        let snap = self.take_snapshot(st, at, waiting);
+        self.snapshot = Some(snap);
+        self.version = st.version;
+        if !st.cfg.live.reroute_pending {
+            return false;
+        }
+        let live = Live {
+            snapshot: self.snapshot.as_ref(),
+            now_s: at,
+            max_age_s: st.cfg.live.snapshot_max_age_s,
+        };
+        let mut changed = false;
+        let max = usize::try_from(st.cfg.live.reroute_max_jobs).unwrap_or(usize::MAX);
+        for &j in waiting.iter().take(max) {
+            let Some(pending) = self.held.get(&j).and_then(|h| h.movable.clone()) else {
+                continue;
+            };
+            if let Some(r) = reroute(st.cfg, &self.site, live, &pending, &mut self.plugin_ctx) {
+                let prefer = r.prefer.as_deref().and_then(|p| st.cfg.gpu_type(p));
+                if let Some(h) = self.held.get_mut(&j) {
+                    h.gres.types = r.offered.clone();
+                    h.gres.prefer = prefer;
+                    if let Some(m) = h.movable.as_mut() {
+                        m.offered = r.offered;
+                    }
+                }
+                self.moved += 1;
+                changed = true;
+            }
+        }
+        changed
+    }
+
+    fn place(&mut self, st: &State<'_>, j: usize) -> Option<Placement> {
+        if !self.held.contains_key(&j) {
+            let h = self.submit(st, j);
+            self.held.insert(j, h);
+        }
+        let held = self.held.get(&j)?;
+        select(st, &st.jobs[j], &held.gres)
+    }
+
+    fn started(&mut self, _st: &State<'_>, j: usize) {
+        self.held.remove(&j);
+    }
+
+    fn clock(&mut self, st: &State<'_>, gpu: usize) -> Mhz {
+        node_helper_clock(st, gpu, &mut self.helper_ctx, self.params)
+    }
+}

@@ -1,0 +1,965 @@
+//! The simulator's ground truth: how fast a job really runs and what it really draws on a GPU
+//! type, at a clock, with a share, beside other jobs. It is a different object from heshare's
+//! predictor (`model` with the catalog's class constants), and every scheduler, heshare
+//! included, decides with the predictor while the engine advances jobs with this world.
+//!
+//! Where measurements exist the world takes them, per job, from the measured workload it draws
+//! for the job's class (files bundled in `data/`, sources in `data/SOURCES.md`):
+//! * training speed on P100 relative to V100: Gavel's isolated throughputs of a variant (batch
+//!   size) of the class's job family, else the Zeus workload's epoch time at the top power limit;
+//! * training speed on A10 and T4: the Zeus workload's epoch time on A40 and Quadro RTX 6000,
+//!   scaled by the datasheet roofline ratio of A10 to A40 (0.848) and T4 to RTX 6000 (0.487);
+//! * training DVFS response (clock-bound fraction `c`, power utilisation `u`): the Zeus
+//!   workload's own power-limit sweep on V100, P100, A40 (limits up to 150 W, the A10's cap) or
+//!   RTX 6000, fitted by the world itself, per workload (the catalog holds class medians);
+//! * training speed on A100 and H100 (no trace here): published per-GPU ratios, A100 2.0x V100
+//!   for ResNet-50 and BERT-Large training (Seritan and Ulmer, Sandia report SAND2021-0870) and
+//!   H100 1.9x A100 on average over MLPerf Training v2.1 (NVIDIA, reported by EE Times,
+//!   2022-11-09), each with a per-job spread of 15% (MLPerf v3.0 H100/A100 ratios of 1.4x to 2.0x
+//!   across workloads, Dell submissions);
+//! * inference speed on A100 and H100 relative to V100, the clock below which a service slows
+//!   (its "knee": the EDP-optimal clock times its measured slowdown there) and its power: the
+//!   ai-inference-energy EDP optima of the four services;
+//! * an inference job's demand: the trace's own `gpu_milli` (the catalog rounds it to one of
+//!   four class demands);
+//! * contention: each job's sensitivity drawn from the spread of Gavel's co-located V100 pairs.
+//!
+//! Elsewhere (types or classes without data) it uses the parametric form with a seeded per-job
+//! error whose size is the RMS residual of the catalog's speed prediction on the measured pairs.
+//! MPS serialises users on a GPU; that rule is the engine's, applied to every scheduler alike.
+
+use crate::config::Config;
+use crate::model::JobKind;
+use crate::units::SharePct;
+use std::collections::BTreeMap;
+
+const ZEUS_V100: &str = include_str!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/data/zeus-nsdi23/summary_power_v100.csv"
+));
+const ZEUS_P100: &str = include_str!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/data/zeus-nsdi23/summary_power_p100.csv"
+));
+const ZEUS_A40: &str = include_str!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/data/zeus-nsdi23/summary_power_a40.csv"
+));
+const ZEUS_RTX6000: &str = include_str!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/data/zeus-nsdi23/summary_power_rtx6000.csv"
+));
+const GAVEL_ISOLATED: &str = include_str!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/data/gavel-osdi20/gavel_physical_isolated_throughputs.csv"
+));
+const GAVEL_COLOCATED: &str = include_str!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/data/gavel-osdi20/gavel_physical_colocated_throughputs.csv"
+));
+const EDP: &str = include_str!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/data/ai-inference-energy-dvfs/edp_optimization_results.json"
+));
+
+/// Datasheet roofline midpoints (sqrt of the FP16 tensor TFLOPS ratio times the memory
+/// bandwidth ratio): A10 (125 TFLOPS, 600 GB/s) to A40 (149.7, 696), T4 (65, 320) to Quadro
+/// RTX 6000 (130.5, 672).
+const A10_PER_A40: f64 = 0.848;
+const T4_PER_RTX6000: f64 = 0.487;
+/// Published per-GPU training ratios (see the module doc).
+const A100_PER_V100: f64 = 2.0;
+const H100_PER_A100: f64 = 1.9;
+const PUBLISHED_SPREAD: f64 = 0.15;
+
+/// The measured hardware a catalog type is taken from.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Analog {
+    V100,
+    P100,
+    /// A40's sweep up to 150 W, speeds scaled to an A10.
+    A10,
+    /// RTX 6000's sweep, speeds scaled to a T4.
+    T4,
+    /// Published ratio to V100 for training; V100's DVFS response; EDP for inference.
+    A100,
+    H100,
+    /// Nothing measured: the catalog's parametric form with the residual's error.
+    None,
+}
+
+fn analog_of(name: &str) -> Analog {
+    match name.to_ascii_lowercase().as_str() {
+        "v100" | "v100m16" | "v100m32" => Analog::V100,
+        "p100" => Analog::P100,
+        "a10" => Analog::A10,
+        "t4" => Analog::T4,
+        "a100" => Analog::A100,
+        "h100" => Analog::H100,
+        _ => Analog::None,
+    }
+}
+
+/// A power-limit sweep: (limit W, time per epoch s, average power W), by ascending limit.
+type Sweep = Vec<(f64, f64, f64)>;
+
+/// `dataset/network/batch/optimizer` -> sweep, for one GPU's Zeus file.
+fn zeus_sweeps(csv: &str, cap_w: f64) -> BTreeMap<String, Sweep> {
+    let mut out: BTreeMap<String, Sweep> = BTreeMap::new();
+    for line in csv.lines().skip(1) {
+        let f: Vec<&str> = line.split(',').collect();
+        if f.len() != 7 {
+            continue;
+        }
+        let (Ok(p), Ok(t), Ok(w)) = (f[4].parse(), f[5].parse(), f[6].parse()) else {
+            continue;
+        };
+        if p > cap_w {
+            continue;
+        }
+        out.entry(format!("{}/{}/{}/{}", f[0], f[1], f[2], f[3]))
+            .or_default()
+            .push((p, t, w));
+    }
+    for s in out.values_mut() {
+        s.sort_by(|a, b| a.0.total_cmp(&b.0));
+    }
+    out.retain(|_, s| s.len() >= 3);
+    out
+}
+
+/// The best clock-bound fraction and power utilisation for one sweep at a given power curve
+/// (beta, gamma), by squared relative power error: the top limit is the full clock, a lower
+/// limit's slowdown `t / t1 = c / r + 1 - c` gives the relative clock `r` it ran at.
+fn fit_sweep(s: &Sweep, beta: f64, gamma: f64, idle: f64, max: f64) -> (f64, f64, f64) {
+    let t1 = s[s.len() - 1].1;
+    let mut best = (f64::INFINITY, 0.25, 0.5);
+    for ci in 1..=20 {
+        let c = f64::from(ci) * 0.05;
+        let hs: Vec<f64> = s
+            .iter()
+            .map(|&(_, t, _)| {
+                let x = t / t1 - (1.0 - c);
+                let r = if x > 0.0 { (c / x).min(1.0) } else { 1.0 };
+                beta + (1.0 - beta) * r.powf(gamma)
+            })
+            .collect();
+        let range = max - idle;
+        let num: f64 = s
+            .iter()
+            .zip(&hs)
+            .map(|(&(_, _, w), h)| (w - idle) * h)
+            .sum();
+        let den: f64 = hs.iter().map(|h| (range * h).powi(2)).sum::<f64>() / range;
+        let u = if den > 0.0 {
+            (num / den).clamp(0.02, 1.0)
+        } else {
+            1.0
+        };
+        let e: f64 = s
+            .iter()
+            .zip(&hs)
+            .map(|(&(_, _, w), h)| ((idle + range * u * h) - w).powi(2) / (w * w))
+            .sum();
+        if e < best.0 {
+            best = (e, c, u);
+        }
+    }
+    best
+}
+
+/// One GPU's measured DVFS response: the power curve (beta, gamma) that fits all its sweeps
+/// best, and each workload's (c, u) at that curve.
+struct ZeusGpu {
+    beta: f64,
+    gamma: f64,
+    fits: BTreeMap<String, (f64, f64)>,
+    /// Epoch time at the top limit, per workload.
+    top_time: BTreeMap<String, f64>,
+}
+
+fn zeus_gpu(csv: &str, idle: f64, cap_w: f64) -> ZeusGpu {
+    let sweeps = zeus_sweeps(csv, cap_w);
+    let max = sweeps
+        .values()
+        .flat_map(|s| s.iter().map(|p| p.0))
+        .fold(0.0, f64::max);
+    let mut best = (f64::INFINITY, 0.3, 2.0);
+    for bi in 0..=12 {
+        let beta = f64::from(bi) * 0.05;
+        for gi in 0..=48 {
+            let gamma = 0.2 + f64::from(gi) * 0.1;
+            let e: f64 = sweeps
+                .values()
+                .map(|s| fit_sweep(s, beta, gamma, idle, max).0)
+                .sum();
+            if e < best.0 {
+                best = (e, beta, gamma);
+            }
+        }
+    }
+    let (_, beta, gamma) = best;
+    let fits = sweeps
+        .iter()
+        .map(|(k, s)| {
+            let (_, c, u) = fit_sweep(s, beta, gamma, idle, max);
+            (k.clone(), (c, u))
+        })
+        .collect();
+    let top_time = sweeps
+        .iter()
+        .map(|(k, s)| (k.clone(), s[s.len() - 1].1))
+        .collect();
+    ZeusGpu {
+        beta,
+        gamma,
+        fits,
+        top_time,
+    }
+}
+
+/// One measured workload a job of a class is drawn as. `None` entries are not measured for
+/// that catalog type and take the parametric value.
+#[derive(Debug, Clone)]
+struct Variant {
+    label: String,
+    speed: Vec<Option<f64>>,
+    c: Vec<Option<f64>>,
+    u: Vec<Option<f64>>,
+    knee: Vec<Option<f64>>,
+}
+
+/// Per catalog type: what the world takes from the catalog (hardware facts: idle and maximum
+/// power, clocks) and what it fits itself (the power curve).
+#[derive(Debug, Clone)]
+struct TypeTruth {
+    analog: Analog,
+    idle_w: f64,
+    max_w: f64,
+    max_clock_mhz: f64,
+    default_clock_mhz: f64,
+    beta: f64,
+    gamma: f64,
+}
+
+/// The truth about one job, drawn once when the workload is generated.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct JobTruth {
+    /// Index into the class's variants.
+    pub variant: u16,
+    /// Seed of the job's parametric errors (one per GPU type, derived on demand).
+    pub noise: u64,
+    /// Inference: the fraction of a reference GPU (at its default clock) the service needs.
+    pub demand: f64,
+    /// Multiplier on the contention the job suffers from co-located jobs.
+    pub contention: f64,
+}
+
+/// One job on a GPU as the world sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct Occupant<'a> {
+    pub class: usize,
+    pub truth: &'a JobTruth,
+    pub share: SharePct,
+    /// False while MPS blocks the job (another user's server holds the GPU).
+    pub active: bool,
+}
+
+/// What the world says of one GPU at one clock.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GpuTruth {
+    pub power_w: f64,
+    /// Per occupant: work done per second (reference-seconds for training, seconds of the
+    /// service's stream for inference) and the power attributed to it.
+    pub rate: Vec<f64>,
+    pub job_power_w: Vec<f64>,
+    /// SM-busy share of the GPU.
+    pub busy: f64,
+}
+
+/// The simulator's ground truth. Built once per run from the bundled measurements.
+pub struct World {
+    types: Vec<TypeTruth>,
+    /// Per catalog class: the measured workloads its jobs are drawn as.
+    variants: Vec<Vec<Variant>>,
+    kinds: Vec<JobKind>,
+    /// The catalog's parametric values per class, for the types nothing measures.
+    fallback: Vec<Fallback>,
+    kappa: f64,
+    /// Gavel pairs' contention relative to the median, sorted: a job draws one.
+    kappa_spread: Vec<f64>,
+    /// Log-space standard deviation of the catalog's speed prediction against measured speeds.
+    pub speed_sigma: f64,
+}
+
+#[derive(Debug, Clone)]
+struct Fallback {
+    speed: Vec<f64>,
+    c: f64,
+    u: f64,
+    knee: f64,
+}
+
+/// The Zeus network a training class is drawn from, and its Gavel family (P100 speed).
+fn training_sources(class: &str) -> Option<(&'static str, Option<&'static str>)> {
+    Some(match class {
+        "bert-train" => ("bert_base_uncased", None),
+        "transformer-train" => ("bert_base_uncased", Some("Transformer")),
+        "resnet50-train" => ("resnet50", Some("ResNet-50")),
+        "cyclegan-train" => ("resnet50", Some("CycleGAN")),
+        "resnet18-train" => ("shufflenetv2", Some("ResNet-18")),
+        "a3c-train" => ("shufflenetv2", Some("A3C")),
+        "lm-train" => ("deepspeech2", Some("LM")),
+        "recommendation-train" => ("ncf", Some("Recommendation")),
+        _ => return None,
+    })
+}
+
+fn inference_source(class: &str) -> Option<&'static str> {
+    Some(match class {
+        "sd-infer" => "stablediffusion",
+        "llm-infer" => "llama",
+        "vit-infer" => "vit",
+        "whisper-infer" => "whisper",
+        _ => return None,
+    })
+}
+
+#[derive(serde::Deserialize)]
+struct EdpRecord {
+    gpu: String,
+    workload: String,
+    max_frequency_mhz: f64,
+    optimal_frequency_edp_mhz: f64,
+    optimal_energy_edp_joules: f64,
+    optimal_timing_edp_seconds: f64,
+    performance_vs_max_edp_percent: f64,
+}
+
+/// Gavel: (job type -> {gpu -> steps/s}) for one GPU, consolidated.
+fn gavel_isolated() -> BTreeMap<String, BTreeMap<String, f64>> {
+    let mut out: BTreeMap<String, BTreeMap<String, f64>> = BTreeMap::new();
+    for line in GAVEL_ISOLATED.lines().skip(1) {
+        let f: Vec<&str> = line.split(',').collect();
+        if f.len() != 5 || f[1] != "1" || f[3] != "1" {
+            continue;
+        }
+        if let Ok(t) = f[4].parse::<f64>() {
+            out.entry(f[2].to_owned())
+                .or_default()
+                .insert(f[0].to_owned(), t);
+        }
+    }
+    out
+}
+
+fn family(job_type: &str) -> &str {
+    job_type.split(" (").next().unwrap_or(job_type)
+}
+
+/// Contention implied by each co-located pair of one-GPU jobs on a V100, as calibrate.py §2
+/// fits the catalog's kappa to their median: sorted.
+fn gavel_pair_kappas(iso: &BTreeMap<String, BTreeMap<String, f64>>) -> Vec<f64> {
+    let mut out = Vec::new();
+    for line in GAVEL_COLOCATED.lines().skip(1) {
+        let f: Vec<&str> = line.split(',').collect();
+        if f.len() != 7 || f[0] != "v100" || f[2] != "1" || f[4] != "1" {
+            continue;
+        }
+        let (Ok(ta), Ok(tb)) = (f[5].parse::<f64>(), f[6].parse::<f64>()) else {
+            continue;
+        };
+        let (Some(ia), Some(ib)) = (
+            iso.get(f[1]).and_then(|m| m.get("v100")),
+            iso.get(f[3]).and_then(|m| m.get("v100")),
+        ) else {
+            continue;
+        };
+        if ta <= 0.0 || tb <= 0.0 {
+            continue;
+        }
+        let sum = ta / ia + tb / ib;
+        // Two half shares of a job with c = 0.25: sum = 2 / ((1 + c) (1 + kappa / 2)).
+        out.push((2.0 * (2.0 / (sum * 1.25) - 1.0)).max(0.0));
+    }
+    out.sort_by(f64::total_cmp);
+    out
+}
+
+fn median(v: &[f64]) -> Option<f64> {
+    let mut s: Vec<f64> = v.iter().copied().filter(|x| x.is_finite()).collect();
+    if s.is_empty() {
+        return None;
+    }
+    s.sort_by(f64::total_cmp);
+    Some(s[s.len() / 2])
+}
+
+/// A standard normal from two uniforms (Box-Muller), for log-normal errors.
+fn normal(rng: &mut crate::sim::rng::SplitMix) -> f64 {
+    let u1 = rng.unit().max(1e-12);
+    let u2 = rng.unit();
+    (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
+}
+
+impl World {
+    /// Builds the world for `cfg`'s GPU types and classes.
+    pub fn new(cfg: &Config) -> World {
+        let v100 = zeus_gpu(ZEUS_V100, 30.0, f64::INFINITY);
+        let p100 = zeus_gpu(ZEUS_P100, 25.0, f64::INFINITY);
+        let a10 = zeus_gpu(ZEUS_A40, 36.0, 150.0);
+        let a40 = zeus_gpu(ZEUS_A40, 36.0, f64::INFINITY);
+        let rtx = zeus_gpu(ZEUS_RTX6000, 31.0, f64::INFINITY);
+        let types: Vec<TypeTruth> = cfg
+            .gpu_types
+            .iter()
+            .map(|g| {
+                let analog = analog_of(&g.name);
+                let (beta, gamma) = match analog {
+                    Analog::V100 | Analog::A100 | Analog::H100 => (v100.beta, v100.gamma),
+                    Analog::P100 => (p100.beta, p100.gamma),
+                    Analog::A10 => (a10.beta, a10.gamma),
+                    Analog::T4 => (rtx.beta, rtx.gamma),
+                    Analog::None => (g.dvfs_static_fraction, g.dvfs_exponent),
+                };
+                TypeTruth {
+                    analog,
+                    idle_w: g.idle_power.0,
+                    max_w: g.max_power.0,
+                    max_clock_mhz: f64::from(g.max_clock().0),
+                    default_clock_mhz: f64::from(g.default_sm_clock.0),
+                    beta,
+                    gamma,
+                }
+            })
+            .collect();
+        let reference = &cfg.gpu_types[cfg.reference_gpu];
+        let fallback: Vec<Fallback> = cfg
+            .classes
+            .iter()
+            .map(|c| Fallback {
+                speed: cfg
+                    .gpu_types
+                    .iter()
+                    .map(|g| crate::model::relative_speed(c, g, reference))
+                    .collect(),
+                c: c.clock_bound_fraction,
+                u: c.power_util,
+                knee: c.clock_knee,
+            })
+            .collect();
+        let iso = gavel_isolated();
+        let edp: Vec<EdpRecord> = serde_json::from_str(EDP).unwrap_or_default();
+        let mut variants = Vec::new();
+        let mut residuals = Vec::new();
+        for (ci, class) in cfg.classes.iter().enumerate() {
+            let vs = match class.kind {
+                JobKind::Training => {
+                    training_variants(&class.name, &types, &[&v100, &p100, &a10, &a40, &rtx], &iso)
+                }
+                JobKind::Inference => inference_variants(&class.name, &types, &edp),
+            };
+            for v in &vs {
+                for (t, s) in v.speed.iter().enumerate() {
+                    if let (Some(s), fb) = (s, fallback[ci].speed[t]) {
+                        if *s > 0.0 && fb > 0.0 && types[t].analog != Analog::V100 {
+                            residuals.push((fb / s).ln());
+                        }
+                    }
+                }
+            }
+            variants.push(vs);
+        }
+        #[allow(clippy::cast_precision_loss)]
+        let speed_sigma = if residuals.is_empty() {
+            0.2
+        } else {
+            (residuals.iter().map(|r| r * r).sum::<f64>() / residuals.len() as f64).sqrt()
+        };
+        let pairs = gavel_pair_kappas(&iso);
+        let kappa = median(&pairs).unwrap_or(cfg.policy.contention_kappa);
+        let kappa_spread = pairs
+            .iter()
+            .map(|k| if kappa > 0.0 { k / kappa } else { 1.0 })
+            .collect();
+        World {
+            types,
+            variants,
+            kinds: cfg.classes.iter().map(|c| c.kind).collect(),
+            fallback,
+            kappa,
+            kappa_spread,
+            speed_sigma,
+        }
+    }
+
+    /// Draws the truth of a job of `class` (an inference job needing `demand` of a reference
+    /// GPU, as its trace asked).
+    pub fn draw(&self, class: usize, demand: f64, rng: &mut crate::sim::rng::SplitMix) -> JobTruth {
+        let n = self.variants.get(class).map_or(0, Vec::len);
+        let variant = u16::try_from(rng.below(n.max(1))).unwrap_or(0);
+        let contention = if self.kappa_spread.is_empty() {
+            1.0
+        } else {
+            self.kappa_spread[rng.below(self.kappa_spread.len())]
+        };
+        JobTruth {
+            variant,
+            noise: rng.next_u64(),
+            demand,
+            contention,
+        }
+    }
+
+    fn variant(&self, class: usize, truth: &JobTruth) -> Option<&Variant> {
+        self.variants
+            .get(class)
+            .and_then(|v| v.get(usize::from(truth.variant)))
+    }
+
+    /// The job's log-normal error for one type and one quantity, from its seed.
+    fn error(&self, truth: &JobTruth, t: usize, what: u64, sigma: f64) -> f64 {
+        let mut rng = crate::sim::rng::SplitMix::new(
+            truth.noise ^ (t as u64).wrapping_mul(0x9E37_79B9) ^ what.wrapping_mul(0x85EB_CA6B),
+        );
+        (sigma * normal(&mut rng)).exp()
+    }
+
+    /// Speed on type `t` relative to the reference type (alone, default clock).
+    pub fn speed(&self, class: usize, truth: &JobTruth, t: usize) -> f64 {
+        let measured = self
+            .variant(class, truth)
+            .and_then(|v| v.speed.get(t).copied().flatten());
+        match (measured, self.types[t].analog) {
+            (Some(s), _) => s,
+            (None, Analog::A100) if self.kinds[class] == JobKind::Training => {
+                A100_PER_V100 * self.error(truth, t, 1, PUBLISHED_SPREAD)
+            }
+            (None, Analog::H100) if self.kinds[class] == JobKind::Training => {
+                A100_PER_V100 * H100_PER_A100 * self.error(truth, t, 1, PUBLISHED_SPREAD)
+            }
+            _ => self.fallback[class].speed[t] * self.error(truth, t, 1, self.speed_sigma),
+        }
+    }
+
+    fn c(&self, class: usize, truth: &JobTruth, t: usize) -> f64 {
+        self.variant(class, truth)
+            .and_then(|v| v.c.get(t).copied().flatten())
+            .unwrap_or(self.fallback[class].c)
+    }
+
+    fn u(&self, class: usize, truth: &JobTruth, t: usize) -> f64 {
+        self.variant(class, truth)
+            .and_then(|v| v.u.get(t).copied().flatten())
+            .unwrap_or(self.fallback[class].u)
+    }
+
+    fn knee(&self, class: usize, truth: &JobTruth, t: usize) -> f64 {
+        self.variant(class, truth)
+            .and_then(|v| v.knee.get(t).copied().flatten())
+            .unwrap_or(self.fallback[class].knee)
+    }
+
+    /// A label of the measured workload the job was drawn as.
+    pub fn label(&self, class: usize, truth: &JobTruth) -> &str {
+        self.variant(class, truth)
+            .map_or("parametric", |v| &v.label)
+    }
+
+    /// What the GPU of type `t` does at `clock_mhz` with these occupants.
+    pub fn gpu(&self, t: usize, clock_mhz: f64, occ: &[Occupant<'_>]) -> GpuTruth {
+        let ty = &self.types[t];
+        let r = (clock_mhz / ty.max_clock_mhz).clamp(0.01, 1.0);
+        let stretch = ty.default_clock_mhz / clock_mhz.max(1.0);
+        // Nominal busy share each job imposes on the others, and its load.
+        let mut busy = Vec::with_capacity(occ.len());
+        let mut load = Vec::with_capacity(occ.len());
+        for o in occ {
+            let s = o.share.fraction();
+            if !o.active {
+                busy.push(0.0);
+                load.push(0.0);
+                continue;
+            }
+            match self.kinds[o.class] {
+                JobKind::Training => {
+                    busy.push(s.min(1.0));
+                    load.push(1.0);
+                }
+                JobKind::Inference => {
+                    let tf = (self.knee(o.class, o.truth, t) / r).max(1.0);
+                    let l = o.truth.demand / self.speed(o.class, o.truth, t) * tf / s;
+                    busy.push(s * l.min(1.0));
+                    load.push(l);
+                }
+            }
+        }
+        let total_busy: f64 = busy.iter().sum();
+        let mut rate = Vec::with_capacity(occ.len());
+        let mut draw = Vec::with_capacity(occ.len());
+        for (k, o) in occ.iter().enumerate() {
+            if !o.active {
+                rate.push(0.0);
+                draw.push(0.0);
+                continue;
+            }
+            let s = o.share.fraction();
+            let contention =
+                1.0 + self.kappa * o.truth.contention * (total_busy - busy[k]).max(0.0);
+            let u = self.u(o.class, o.truth, t);
+            match self.kinds[o.class] {
+                JobKind::Training => {
+                    let c = self.c(o.class, o.truth, t);
+                    let share_stretch = (1.0 / s).max(1.0);
+                    let tf = c * stretch * share_stretch + (1.0 - c);
+                    rate.push(self.speed(o.class, o.truth, t) / (tf * contention));
+                    draw.push(u * s.min(1.0));
+                }
+                JobKind::Inference => {
+                    let l = load[k] * contention;
+                    rate.push(1.0 / l.max(1.0));
+                    draw.push(u * s * l.min(1.0));
+                }
+            }
+        }
+        let total_draw: f64 = draw.iter().sum();
+        let dvfs = ty.beta + (1.0 - ty.beta) * r.powf(ty.gamma);
+        let dynamic = (ty.max_w - ty.idle_w) * total_draw.min(1.0) * dvfs;
+        let total_share: f64 = occ.iter().map(|o| o.share.fraction()).sum();
+        let job_power_w = occ
+            .iter()
+            .zip(&draw)
+            .map(|(o, d)| {
+                let idle = if total_share > 0.0 {
+                    ty.idle_w * o.share.fraction() / total_share
+                } else {
+                    0.0
+                };
+                idle + if total_draw > 0.0 {
+                    dynamic * d / total_draw
+                } else {
+                    0.0
+                }
+            })
+            .collect();
+        GpuTruth {
+            power_w: ty.idle_w + dynamic,
+            rate,
+            job_power_w,
+            busy: total_busy.min(1.0),
+        }
+    }
+
+    /// The job's work per second alone on a whole GPU of type `t` at its default clock: the
+    /// yardstick of its realised slowdown.
+    pub fn alone_rate(&self, class: usize, truth: &JobTruth, t: usize) -> f64 {
+        let ty = &self.types[t];
+        let g = self.gpu(
+            t,
+            ty.default_clock_mhz,
+            &[Occupant {
+                class,
+                truth,
+                share: SharePct::FULL,
+                active: true,
+            }],
+        );
+        g.rate[0]
+    }
+
+    /// Power of the job alone on a whole GPU of type `t` at its default clock.
+    pub fn alone_power_w(&self, class: usize, truth: &JobTruth, t: usize) -> f64 {
+        let ty = &self.types[t];
+        self.gpu(
+            t,
+            ty.default_clock_mhz,
+            &[Occupant {
+                class,
+                truth,
+                share: SharePct::FULL,
+                active: true,
+            }],
+        )
+        .power_w
+    }
+
+    /// The idle power of type `t` (a catalog fact the world shares).
+    pub fn idle_w(&self, t: usize) -> f64 {
+        self.types[t].idle_w
+    }
+}
+
+/// Training variants: every Zeus workload of the class's network measured on V100, each paired
+/// with a Gavel variant of its family (by position, cycling) for the P100 speed.
+fn training_variants(
+    class: &str,
+    types: &[TypeTruth],
+    zeus: &[&ZeusGpu; 5],
+    iso: &BTreeMap<String, BTreeMap<String, f64>>,
+) -> Vec<Variant> {
+    let Some((network, fam)) = training_sources(class) else {
+        return vec![];
+    };
+    let [v100, p100, a10, a40, rtx] = *zeus;
+    let gavel: Vec<(&String, f64)> = fam
+        .map(|f| {
+            iso.iter()
+                .filter(|(jt, m)| {
+                    family(jt) == f && m.contains_key("p100") && m.contains_key("v100")
+                })
+                .map(|(jt, m)| (jt, m["p100"] / m["v100"]))
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut out = Vec::new();
+    for (k, (key, &t_v100)) in v100
+        .top_time
+        .iter()
+        .filter(|(k, _)| k.split('/').nth(1) == Some(network))
+        .enumerate()
+    {
+        let ratio = |g: &ZeusGpu| g.top_time.get(key).map(|t| t_v100 / t);
+        let g = (!gavel.is_empty()).then(|| gavel[k % gavel.len()]);
+        let mut v = Variant {
+            label: match g {
+                Some((jt, _)) => format!("zeus {key} + gavel {jt}"),
+                None => format!("zeus {key}"),
+            },
+            speed: vec![None; types.len()],
+            c: vec![None; types.len()],
+            u: vec![None; types.len()],
+            knee: vec![None; types.len()],
+        };
+        for (t, ty) in types.iter().enumerate() {
+            let (speed, fit) = match ty.analog {
+                Analog::V100 => (Some(1.0), v100.fits.get(key)),
+                Analog::P100 => (
+                    g.map(|(_, r)| r).or_else(|| ratio(p100)),
+                    p100.fits.get(key),
+                ),
+                Analog::A10 => (ratio(a40).map(|r| r * A10_PER_A40), a10.fits.get(key)),
+                Analog::T4 => (ratio(rtx).map(|r| r * T4_PER_RTX6000), rtx.fits.get(key)),
+                Analog::A100 | Analog::H100 => (None, v100.fits.get(key)),
+                Analog::None => (None, None),
+            };
+            v.speed[t] = speed;
+            v.c[t] = fit.map(|f| f.0);
+            v.u[t] = fit.map(|f| f.1);
+        }
+        out.push(v);
+    }
+    out
+}
+
+/// The one inference variant of a class: EDP-measured speeds (V100 = 1), knees and power on
+/// V100/A100/H100, the medians of those elsewhere (speed stays parametric elsewhere).
+fn inference_variants(class: &str, types: &[TypeTruth], edp: &[EdpRecord]) -> Vec<Variant> {
+    let Some(workload) = inference_source(class) else {
+        return vec![];
+    };
+    let rec = |gpu: &str| edp.iter().find(|r| r.gpu == gpu && r.workload == workload);
+    let t_max = |r: &EdpRecord| {
+        r.optimal_timing_edp_seconds / (1.0 - r.performance_vs_max_edp_percent / 100.0)
+    };
+    let Some(v100) = rec("V100") else {
+        return vec![];
+    };
+    let base = t_max(v100);
+    // (idle, cap) of the benchmark's GPUs: PWR's V100 idle, the catalog's A100 idle on a 250 W
+    // A100-PCIE, an H100 NVL at 400 W (ai-inference-energy README).
+    let caps = |gpu: &str| match gpu {
+        "V100" => (30.0, 250.0),
+        "A100" => (50.0, 250.0),
+        _ => (50.0, 400.0),
+    };
+    let mut knees = Vec::new();
+    let mut utils = Vec::new();
+    let mut per_gpu: BTreeMap<&str, (f64, f64, f64)> = BTreeMap::new();
+    for gpu in ["V100", "A100", "H100"] {
+        let Some(r) = rec(gpu) else { continue };
+        let ratio = r.optimal_frequency_edp_mhz / r.max_frequency_mhz;
+        let slower = -r.performance_vs_max_edp_percent / 100.0;
+        // Below the knee the service is compute-bound and slows with the clock; the optimum
+        // tells where it is when it was measurably slower there, else only that it is lower.
+        let knee = if slower > 0.01 {
+            ratio * (1.0 + slower)
+        } else {
+            ratio * 0.8
+        };
+        let (idle, cap) = caps(gpu);
+        let p = r.optimal_energy_edp_joules / r.optimal_timing_edp_seconds;
+        let u = ((p - idle) / ((cap - idle) * (0.3 + 0.7 * ratio * ratio))).clamp(0.02, 1.0);
+        knees.push(knee);
+        utils.push(u);
+        per_gpu.insert(gpu, (base / t_max(r), knee.clamp(0.05, 1.0), u));
+    }
+    let knee_med = median(&knees).unwrap_or(0.5);
+    let u_med = median(&utils).unwrap_or(0.3);
+    let mut v = Variant {
+        label: format!("edp {workload}"),
+        speed: vec![None; types.len()],
+        c: vec![None; types.len()],
+        u: vec![None; types.len()],
+        knee: vec![None; types.len()],
+    };
+    for (t, ty) in types.iter().enumerate() {
+        let gpu = match ty.analog {
+            Analog::V100 => Some("V100"),
+            Analog::A100 => Some("A100"),
+            Analog::H100 => Some("H100"),
+            _ => None,
+        };
+        match gpu.and_then(|g| per_gpu.get(g)) {
+            Some(&(speed, knee, u)) => {
+                v.speed[t] = Some(speed);
+                v.knee[t] = Some(knee);
+                v.u[t] = Some(u);
+            }
+            None => {
+                v.knee[t] = Some(knee_med);
+                v.u[t] = Some(u_med);
+            }
+        }
+    }
+    vec![v]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::BUNDLED_CONFIG;
+    use crate::model::{ModelParams, Tenant, predict};
+    use crate::sim::rng::SplitMix;
+    use std::path::Path;
+
+    fn cfg() -> Config {
+        Config::parse(BUNDLED_CONFIG, Path::new("h.toml")).expect("valid")
+    }
+
+    #[test]
+    fn every_bundled_class_draws_measured_workloads() {
+        let cfg = cfg();
+        let w = World::new(&cfg);
+        for (i, c) in cfg.classes.iter().enumerate() {
+            assert!(
+                !w.variants[i].is_empty(),
+                "{} has no measured workload",
+                c.name
+            );
+        }
+        assert!(
+            w.speed_sigma > 0.05 && w.speed_sigma < 1.0,
+            "{}",
+            w.speed_sigma
+        );
+        assert!(w.kappa > 0.0 && w.kappa_spread.len() > 100);
+        // The A10's power curve is fitted at its own 150 W cap, not the A40's 300 W.
+        let a10 = cfg.gpu_type("a10").expect("a10");
+        assert!(w.types[a10].gamma < 1.0, "{}", w.types[a10].gamma);
+    }
+
+    /// The world is not the predictor: over a workload every class's realised speed differs
+    /// from the catalog's prediction on some type, and a service clocked to 19% of a T4 does
+    /// slow down in the world (the catalog once said it did not).
+    #[test]
+    fn the_world_is_not_the_predictor() {
+        let cfg = cfg();
+        let w = World::new(&cfg);
+        let reference = &cfg.gpu_types[cfg.reference_gpu];
+        let mut rng = SplitMix::new(1);
+        for (ci, class) in cfg.classes.iter().enumerate() {
+            let mut worst: f64 = 0.0;
+            for _ in 0..20 {
+                let truth = w.draw(ci, class.demand, &mut rng);
+                for (t, g) in cfg.gpu_types.iter().enumerate() {
+                    let predicted = crate::model::relative_speed(class, g, reference);
+                    let real = w.speed(ci, &truth, t);
+                    worst = worst.max((predicted / real).ln().abs());
+                }
+            }
+            assert!(
+                worst > 0.05,
+                "{}: world and catalog agree everywhere",
+                class.name
+            );
+        }
+        let t4 = cfg.gpu_type("t4").expect("t4");
+        let vit = cfg
+            .classes
+            .iter()
+            .position(|c| c.name == "vit-infer")
+            .expect("vit");
+        let truth = JobTruth {
+            variant: 0,
+            noise: 7,
+            demand: 0.23,
+            contention: 1.0,
+        };
+        let occ = [Occupant {
+            class: vit,
+            truth: &truth,
+            share: SharePct::new(35).expect("35"),
+            active: true,
+        }];
+        let fast = w.gpu(t4, 1590.0, &occ).rate[0];
+        let slow = w.gpu(t4, 300.0, &occ).rate[0];
+        assert!(slow < 0.7 * fast, "{slow} vs {fast}");
+        let old = crate::model::JobClass {
+            clock_bound_fraction: 0.0,
+            clock_knee: 0.0,
+            ..cfg.classes[vit].clone()
+        };
+        let p = predict(
+            &cfg.gpu_types[t4],
+            reference,
+            &[Tenant {
+                class: &old,
+                share: SharePct::new(35).expect("35"),
+                user: 0,
+            }],
+            crate::units::Mhz(300),
+            ModelParams {
+                contention_kappa: 0.3,
+            },
+        );
+        assert!(p.jobs[0].slowdown < 1.01, "the old catalog's claim");
+    }
+
+    #[test]
+    fn a_blocked_job_makes_no_progress_and_draws_nothing() {
+        let cfg = cfg();
+        let w = World::new(&cfg);
+        let t4 = cfg.gpu_type("t4").expect("t4");
+        let llm = cfg
+            .classes
+            .iter()
+            .position(|c| c.name == "llm-infer")
+            .expect("llm");
+        let mut rng = SplitMix::new(3);
+        let a = w.draw(llm, 0.3, &mut rng);
+        let b = w.draw(llm, 0.3, &mut rng);
+        let half = SharePct::new(50).expect("50");
+        let g = w.gpu(
+            t4,
+            1590.0,
+            &[
+                Occupant {
+                    class: llm,
+                    truth: &a,
+                    share: half,
+                    active: true,
+                },
+                Occupant {
+                    class: llm,
+                    truth: &b,
+                    share: half,
+                    active: false,
+                },
+            ],
+        );
+        assert!(g.rate[0] > 0.0);
+        assert_eq!(g.rate[1], 0.0);
+        let sum: f64 = g.job_power_w.iter().sum();
+        assert!((sum - g.power_w).abs() < 1e-9);
+    }
+}
