@@ -498,7 +498,7 @@ fn place_on(
                 }
             };
             let slots: Vec<&GpuSlot> = snap
-                .slots_for(req.gpus, share)
+                .slots_for(req.gpus, &req.user, share)
                 .into_iter()
                 .filter(|g| fits.contains(&g.gpu_type))
                 .collect();

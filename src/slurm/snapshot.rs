@@ -197,39 +197,48 @@ impl Snapshot {
         })
     }
 
-    /// The GPUs Slurm would hand a one-GPU job of each type if it started now, which are the
-    /// ones placement should weigh: for a whole GPU the first idle GPU of the type in node order
-    /// (select/cons_tres first fit), for a share of `share_pct(type)` the first GPU with that
-    /// much MPS room, whoever holds it (gres/mps does not look at users). A job asking for several
-    /// GPUs sees every idle GPU (the node search needs them).
-    pub fn slots_for(&self, gpus: u32, share_pct: impl Fn(usize) -> Option<u8>) -> Vec<&GpuSlot> {
+    /// The GPUs Slurm could hand a one-GPU job of `user` of each type if it started now, which
+    /// are the ones placement should weigh: for a whole GPU the first idle GPU of the type in node
+    /// order (select/cons_tres first fit), for a share of `share_pct(type)` a GPU with that much
+    /// MPS room. gres/mps does not look at users, and MPS serves one user per GPU at a time: if
+    /// any GPU of the type with room is held by another user's jobs, Slurm may put the share
+    /// there and the job would wait for that user, so that GPU is the one reported (placement
+    /// then turns the share down on that type). A job asking for several GPUs sees every idle
+    /// GPU (the node search needs them).
+    pub fn slots_for(
+        &self,
+        gpus: u32,
+        user: &str,
+        share_pct: impl Fn(usize) -> Option<u8>,
+    ) -> Vec<&GpuSlot> {
         if gpus > 1 {
             return self.idle.iter().map(|&i| &self.view.gpus[i]).collect();
         }
         let types = self.view.queues.len();
         let mut whole: Vec<Option<usize>> = vec![None; types];
+        // Per type: the first GPU with room, and the first with room another user holds.
         let mut share: Vec<Option<usize>> = vec![None; types];
+        let mut foreign: Vec<Option<usize>> = vec![None; types];
         let want: Vec<Option<u32>> = (0..types).map(|t| share_pct(t).map(u32::from)).collect();
-        // Stop early once every type has both picks (types absent from the view never will).
-        let mut left = types + want.iter().filter(|w| w.is_some()).count();
         for (i, s) in self.view.gpus.iter().enumerate() {
-            if left == 0 {
-                break;
-            }
             let t = s.gpu_type;
             if whole[t].is_none() && s.jobs.is_empty() {
                 whole[t] = Some(i);
-                left -= 1;
             }
-            if let (None, Some(w)) = (share[t], want[t]) {
+            if let (None, Some(w)) = (foreign[t], want[t]) {
                 let used: u32 = s.jobs.iter().map(|j| u32::from(j.share.get())).sum();
                 if !s.jobs.iter().any(|j| j.exclusive) && used + w <= 100 {
-                    share[t] = Some(i);
-                    left -= 1;
+                    share[t] = share[t].or(Some(i));
+                    if s.jobs.iter().any(|j| j.user != user) {
+                        foreign[t] = Some(i);
+                    }
                 }
             }
         }
-        let mut picks: Vec<usize> = whole.into_iter().chain(share).flatten().collect();
+        let mut picks: Vec<usize> = (0..types)
+            .flat_map(|t| [whole[t], foreign[t].or(share[t])])
+            .flatten()
+            .collect();
         picks.sort_unstable();
         picks.dedup();
         picks.into_iter().map(|i| &self.view.gpus[i]).collect()
@@ -581,12 +590,16 @@ mod tests {
             !s.feature_types[t4],
             "ht4 does not carry its type as a feature"
         );
-        // A 30% share of a t4 lands where gres/mps puts it: the first t4 with room, user 1001's.
-        let picks = s.slots_for(1, |t| (t == t4).then_some(30));
+        // A 30% share of a t4 may land where gres/mps puts it: on user 1001's t4, which another
+        // user's job would wait for; that is the share's slot. The idle t4 is the whole GPU's.
+        let picks = s.slots_for(1, "1000", |t| (t == t4).then_some(30));
         let names: Vec<(&str, u32)> = picks.iter().map(|g| (g.node.as_str(), g.index)).collect();
         assert_eq!(names, vec![("ht4", 0), ("ht4", 1)]);
+        // User 1001 itself may share its own t4.
+        let picks = s.slots_for(1, "1001", |t| (t == t4).then_some(30));
+        assert_eq!(picks.len(), 2);
         // 70% no longer fits beside the 40% job: the idle t4 is Slurm's pick for both requests.
-        let picks = s.slots_for(1, |t| (t == t4).then_some(70));
+        let picks = s.slots_for(1, "1000", |t| (t == t4).then_some(70));
         assert_eq!(picks.len(), 1);
         assert_eq!(picks[0].index, 1);
     }

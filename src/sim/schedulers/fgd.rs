@@ -5,7 +5,11 @@
 //!   allocation draws full power, an idle one idle power), min-max normalised to 0..=100 over the
 //!   feasible nodes as PWR's NormalizeScore does, added with equal weight to FGD's score.
 //!
-//! Default clocks; shares at the requested percentage; first best node in node order.
+//! Default clocks; first best node in node order. A fractional job's share is the trace's request
+//! (`gpu_milli`, rounded up to whole percents) on whatever type it lands on, as for slurm-mps:
+//! every sharing baseline sizes shares the same way. Shares are served through MPS on the
+//! simulated Slurm cluster, so MPS's one-user-per-GPU rule binds FGD as it binds everyone
+//! (the engine applies it); FGD, like Slurm's gres/mps, does not look at users.
 
 use super::{Placement, Scheduler, is_share, trace_share};
 use crate::sim::engine::State;
