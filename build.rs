@@ -83,7 +83,7 @@ fn bindings(dir: &std::path::Path, out: &std::path::Path) {
         .clang_arg(format!("-I{}", dir.display()))
         .allowlist_type("node_info_msg_t|job_info_msg_t|job_desc_msg_t")
         .allowlist_type("job_states|job_state_reason|node_states")
-        .allowlist_var("SHOW_DETAIL|SHOW_ALL|JOB_STATE_BASE|NODE_STATE_BASE")
+        .allowlist_var("JOB_STATE_BASE|NODE_STATE_BASE")
         .allowlist_var("NO_VAL|INFINITE|NICE_OFFSET|SLURM_NO_CHANGE_IN_DATA|SLURM_SUCCESS")
         .layout_tests(false)
         .generate_comments(false)

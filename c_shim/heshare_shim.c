@@ -59,7 +59,10 @@ uint32_t hs_no_val(void) { return NO_VAL; }
 uint32_t hs_infinite(void) { return INFINITE; }
 uint64_t hs_no_val64(void) { return NO_VAL64; }
 uint64_t hs_mem_per_cpu(void) { return MEM_PER_CPU; }
-/* Node state flags the snapshot thread skips (function-like macros bindgen cannot evaluate). */
+/* Flags the snapshot thread passes and node state flags it skips: function-like macros
+ * (SLURM_BIT) in some releases, which bindgen cannot evaluate. */
+uint16_t hs_show_all(void) { return SHOW_ALL; }
+uint16_t hs_show_detail(void) { return SHOW_DETAIL; }
 uint64_t hs_node_state_unusable(void) { return NODE_STATE_DRAIN | NODE_STATE_NO_RESPOND; }
 int hs_eslurm_invalid_gres(void) { return ESLURM_INVALID_GRES; }
 

@@ -40,6 +40,8 @@ type StrerrorFn = unsafe extern "C" fn(c_int) -> *mut c_char;
 
 unsafe extern "C" {
     fn hs_node_state_unusable() -> u64;
+    fn hs_show_all() -> u16;
+    fn hs_show_detail() -> u16;
 }
 
 /// slurm.h's MEM_PER_CPU flag on a memory request (a plain constant, not a layout).
@@ -350,9 +352,7 @@ fn take(client: &Client, cfg: &Config) -> Result<(Snapshot, Vec<PendingHeshare>)
     let mut nodes_msg: *mut b::node_info_msg_t = std::ptr::null_mut();
     // SAFETY: slurm_load_node fills the pointer with a message we free below with Slurm's own
     // function; update_time 0 asks for the whole table.
-    let rc = call(|| unsafe {
-        (client.load_node)(0, &mut nodes_msg, u16::try_from(b::SHOW_ALL).unwrap_or(1))
-    });
+    let rc = call(|| unsafe { (client.load_node)(0, &mut nodes_msg, hs_show_all()) });
     if rc != 0 || nodes_msg.is_null() {
         return Err(format!("slurm_load_node: {}", client.last_error()));
     }
@@ -363,13 +363,8 @@ fn take(client: &Client, cfg: &Config) -> Result<(Snapshot, Vec<PendingHeshare>)
     unsafe { (client.free_nodes)(nodes_msg) };
     let mut jobs_msg: *mut b::job_info_msg_t = std::ptr::null_mut();
     // SAFETY: as for the nodes; SHOW_DETAIL fills gres_detail_str.
-    let rc = call(|| unsafe {
-        (client.load_jobs)(
-            0,
-            &mut jobs_msg,
-            u16::try_from(b::SHOW_DETAIL | b::SHOW_ALL).unwrap_or(3),
-        )
-    });
+    let rc =
+        call(|| unsafe { (client.load_jobs)(0, &mut jobs_msg, hs_show_detail() | hs_show_all()) });
     if rc != 0 || jobs_msg.is_null() {
         return Err(format!("slurm_load_jobs: {}", client.last_error()));
     }
