@@ -69,6 +69,8 @@ mounts+=("$root/proc")
 bind /sys /sys
 bind /dev /dev
 cp /etc/resolv.conf "$root/etc/resolv.conf"
+# A minimal root has no /etc/hosts, and Slurm resolves "localhost".
+[ -s "$root/etc/hosts" ] || printf '127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n' > "$root/etc/hosts"
 if [ ! -e "$root/.heshare-ready" ]; then
   chroot "$root" /usr/bin/env DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null
   # shellcheck disable=SC2086 # a list of package names
@@ -86,6 +88,9 @@ bind "$cargo_home/registry" /opt/heshare-cargo/registry
 clone=/work/heshare-$$
 git clone -q "$repo" "$root$clone"
 echo "debian-root: $release ($(chroot "$root" slurmctld -V)), running: $*"
+# In the background and waited for, so that a signal reaches the trap at once (bash defers traps
+# until a foreground child exits).
 chroot "$root" /usr/bin/env -i HOME=/root PATH=/opt/heshare-cargo/bin:/usr/sbin:/usr/bin:/sbin:/bin \
   RUSTUP_HOME=/opt/heshare-rustup CARGO_HOME=/opt/heshare-cargo TMPDIR=/tmp LANG=C.UTF-8 \
-  /bin/sh -c 'cd "$0" && exec "$@"' "$clone" "$@"
+  /bin/sh -c 'cd "$0" && exec "$@"' "$clone" "$@" &
+wait $!
