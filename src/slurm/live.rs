@@ -56,7 +56,8 @@ struct Client {
     free_jobs: FreeJobsFn,
     update_job: UpdateJobFn,
     init_desc: InitDescFn,
-    errno: ErrnoFn,
+    /// `slurm_get_errno`, gone in Slurm 24.11 (which sets plain `errno` instead).
+    errno: Option<ErrnoFn>,
     strerror: StrerrorFn,
 }
 
@@ -76,7 +77,7 @@ impl Client {
             f(c"slurm_free_job_info_msg")?,
             f(c"slurm_update_job")?,
             f(c"slurm_init_job_desc_msg")?,
-            f(c"slurm_get_errno")?,
+            f(c"slurm_get_errno"),
             f(c"slurm_strerror")?,
         );
         // SAFETY: these are Slurm's exported client functions with exactly these C signatures
@@ -89,7 +90,7 @@ impl Client {
                 free_jobs: std::mem::transmute::<*mut c_void, FreeJobsFn>(fj),
                 update_job: std::mem::transmute::<*mut c_void, UpdateJobFn>(uj),
                 init_desc: std::mem::transmute::<*mut c_void, InitDescFn>(id),
-                errno: std::mem::transmute::<*mut c_void, ErrnoFn>(er),
+                errno: er.map(|e| std::mem::transmute::<*mut c_void, ErrnoFn>(e)),
                 strerror: std::mem::transmute::<*mut c_void, StrerrorFn>(se),
             })
         }
@@ -97,9 +98,13 @@ impl Client {
 
     fn last_error(&self) -> String {
         // SAFETY: slurm_get_errno and slurm_strerror take/return plain values; the string is
-        // static or thread-local in Slurm, copied at once.
+        // static or thread-local in Slurm, copied at once. Without slurm_get_errno the client API
+        // leaves its code in this thread's errno.
         unsafe {
-            let e = (self.errno)();
+            let e = match self.errno {
+                Some(f) => f(),
+                None => std::io::Error::last_os_error().raw_os_error().unwrap_or(0),
+            };
             let s = (self.strerror)(e);
             if s.is_null() {
                 format!("error {e}")
