@@ -13,6 +13,7 @@ use std::path::PathBuf;
 fn main() {
     println!("cargo:rerun-if-env-changed=SLURM_INCLUDE_DIR");
     println!("cargo:rustc-check-cfg=cfg(slurm_headers)");
+    println!("cargo:rustc-check-cfg=cfg(slurm_job_modify_err_msg)");
     let dirs: Vec<PathBuf> = std::env::var_os("SLURM_INCLUDE_DIR")
         .map(PathBuf::from)
         .into_iter()
@@ -36,6 +37,10 @@ fn main() {
                     dir.display()
                 );
                 let number = u32::from_str_radix(v.trim_start_matches("0x"), 16).unwrap_or(0);
+                // job_modify() gained `char **err_msg` in Slurm 23.02.
+                if number >= 0x17_02_00 {
+                    println!("cargo:rustc-cfg=slurm_job_modify_err_msg");
+                }
                 let out = PathBuf::from(std::env::var_os("OUT_DIR").unwrap_or_default());
                 let _ = std::fs::write(
                     out.join("slurm_version.rs"),

@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{Cluster, alive, plugin_path};
+use common::{Cluster, alive, gres, plugin_path};
 use std::time::{Duration, Instant};
 
 fn field<'a>(show: &'a str, key: &str) -> &'a str {
@@ -113,7 +113,7 @@ fn live_scenario(tag: &str, extra: &[(&str, &str)]) {
     assert!(s.contains("JobState=PENDING"), "{s}");
     assert_eq!(
         (field(&s, "TresPerNode="), field(&s, "Features=")),
-        ("gres:gpu:1", "a100"),
+        (gres("gpu:1").as_str(), "a100"),
         "{s}"
     );
     assert!(s.contains("wait, which beats"), "{s}");

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{Cluster, alive, plugin_path};
+use common::{Cluster, alive, gres, plugin_path};
 
 fn shipped() -> String {
     std::fs::read_to_string(
@@ -76,7 +76,7 @@ fn the_plugin_places_shares_and_whole_gpus_and_rejects_bad_input() {
     let s = c.wait_done(&infer);
     assert_eq!(
         (field(&s, "TresPerNode="), field(&s, "Features=")),
-        ("gres:mps:35", "t4"),
+        (gres("mps:35").as_str(), "t4"),
         "{s}"
     );
     assert!(
@@ -113,7 +113,7 @@ fn the_plugin_places_shares_and_whole_gpus_and_rejects_bad_input() {
     let s = c.wait_done(&train);
     assert_eq!(
         (field(&s, "TresPerNode="), field(&s, "Features=")),
-        ("gres:gpu:1", "a100"),
+        (gres("gpu:1").as_str(), "a100"),
         "{s}"
     );
     assert!(
@@ -129,7 +129,7 @@ fn the_plugin_places_shares_and_whole_gpus_and_rejects_bad_input() {
     let s = c.wait_done(&per_job);
     assert_eq!(
         (field(&s, "TresPerJob="), field(&s, "Features=")),
-        ("gres:gpu:1", "a100"),
+        (gres("gpu:1").as_str(), "a100"),
         "{s}"
     );
     // srun: the job step asks again for the GPU the user gave, so heshare picks the type only.

@@ -614,11 +614,23 @@ fn unsafe_no_val() -> u32 {
 }
 
 /// Job updates are left to Slurm, including heshare's own moves of pending jobs (which arrive
-/// here too: doing nothing is what keeps them from looping). 22.05 passes three arguments; 23.02
-/// adds `char **err_msg`, which a C caller passing more arguments than this reads is harmless
-/// under the C ABI.
+/// here too: doing nothing is what keeps them from looping). The signature follows the headers:
+/// three arguments up to 22.05, `char **err_msg` added from 23.02.
+#[cfg(not(slurm_job_modify_err_msg))]
 #[unsafe(no_mangle)]
 pub extern "C" fn job_modify(_desc: *mut c_void, _job_ptr: *mut c_void, _submit_uid: u32) -> c_int {
+    live::in_submit(|| SLURM_SUCCESS)
+}
+
+/// As above, with the 23.02+ signature.
+#[cfg(slurm_job_modify_err_msg)]
+#[unsafe(no_mangle)]
+pub extern "C" fn job_modify(
+    _desc: *mut c_void,
+    _job_ptr: *mut c_void,
+    _submit_uid: u32,
+    _err_msg: *mut *mut c_char,
+) -> c_int {
     live::in_submit(|| SLURM_SUCCESS)
 }
 

@@ -13,6 +13,23 @@ pub struct Cluster {
     env: Vec<(String, String)>,
 }
 
+/// The `SLURM_VERSION_NUMBER` of the headers this build used, e.g. `0x160508` for 22.05.8.
+pub fn slurm_version() -> u32 {
+    heshare::SLURM_VERSION_NUMBER
+        .and_then(|v| u32::from_str_radix(v.trim_start_matches("0x"), 16).ok())
+        .unwrap_or(0)
+}
+
+/// A GRES entry as this Slurm spells it in TRES strings: `gres:gpu:1` up to 23.02, `gres/gpu:1`
+/// from 23.11 (DESIGN fact 16).
+pub fn gres(entry: &str) -> String {
+    if slurm_version() >= 0x17_0b_00 {
+        format!("gres/{entry}")
+    } else {
+        format!("gres:{entry}")
+    }
+}
+
 /// The cdylib cargo built beside the test's binary (target/<profile>/libheshare.so).
 pub fn plugin_path() -> PathBuf {
     let bin = PathBuf::from(env!("CARGO_BIN_EXE_heshare"));
