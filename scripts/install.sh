@@ -6,7 +6,7 @@
 # Installs PREFIX/bin/heshare, PREFIX/lib/job_submit_heshare.so (the job_submit plugin),
 # PREFIX/lib/spank_heshare.so (the SPANK plugin for the sbatch/srun/salloc options), the node
 # helper's links PREFIX/libexec/heshare-{prolog,epilog,task-prolog} and, if absent,
-# /etc/slurm/heshare.toml. Needs the Slurm
+# $HESHARE_SYSCONFDIR/heshare.toml ($HESHARE_SYSCONFDIR: default /etc/slurm). Needs the Slurm
 # headers of the Slurm it will run in (Debian: libslurm-dev): the plugin is built against them.
 set -euo pipefail
 prefix=${1:-/opt/heshare}
@@ -24,9 +24,10 @@ for hook in prolog epilog task-prolog; do
 done
 install -m 0755 target/release/libheshare.so "$prefix/lib/job_submit_heshare.so"
 cc -shared -fPIC -O2 -o "$prefix/lib/spank_heshare.so" c_shim/spank_heshare.c
-if [ ! -e /etc/slurm/heshare.toml ] && [ -w /etc/slurm ] 2>/dev/null; then
-  install -m 0644 slurm-conf/heshare.toml /etc/slurm/heshare.toml
-  echo "installed /etc/slurm/heshare.toml (edit the catalog to match your GPUs; check with heshare check-config)"
+etc=${HESHARE_SYSCONFDIR:-/etc/slurm}
+if [ ! -e "$etc/heshare.toml" ] && [ -w "$etc" ] 2>/dev/null; then
+  install -m 0644 slurm-conf/heshare.toml "$etc/heshare.toml"
+  echo "installed $etc/heshare.toml (edit the catalog to match your GPUs; check with heshare check-config)"
 fi
 sys=$(dirname "$(find /usr/lib /usr/lib64 -name select_cons_tres.so -print -quit 2>/dev/null)")
 cat <<LINES

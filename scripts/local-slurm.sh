@@ -134,9 +134,14 @@ CONF
       plugins=lua,heshare
     fi
     printf 'PluginDir=%s:%s\nJobSubmitPlugins=%s\nPlugStackConfig=%s\n' "$sys" "$dir/lib" "$plugins" "$dir/etc/plugstack.conf" >> "$conf"
-    # The small SPANK plugin that gives sbatch --gpu-share/--gpu-class/--energy-policy.
-    cc -shared -fPIC -O2 -o "$dir/lib/spank_heshare.so" "$(dirname "$0")/../c_shim/spank_heshare.c" \
-      || die "cannot build c_shim/spank_heshare.c (needs a C compiler and libslurm-dev)"
+    # The small SPANK plugin that gives sbatch --gpu-share/--gpu-class/--energy-policy: an
+    # installed one ($HESHARE_SPANK_PLUGIN), or built here.
+    if [ -n "${HESHARE_SPANK_PLUGIN:-}" ]; then
+      install -m 0755 "$HESHARE_SPANK_PLUGIN" "$dir/lib/spank_heshare.so"
+    else
+      cc -shared -fPIC -O2 -o "$dir/lib/spank_heshare.so" "$(dirname "$0")/../c_shim/spank_heshare.c" \
+        || die "cannot build c_shim/spank_heshare.c (needs a C compiler and libslurm-dev)"
+    fi
     echo "required $dir/lib/spank_heshare.so" > "$dir/etc/plugstack.conf"
   fi
   # A Prolog that records what each job's Prolog sees (the plugin's SPANK_HESHARE_* entries),
@@ -185,7 +190,9 @@ start_ctld() {
 # Stops slurmctld (SIGTERM, as systemd does) and starts it again on its saved state.
 restart_ctld() {
   local pid
-  pid=$(cat "$dir/run/slurmctld.pid")
+  # First line only: slurmctld 24.11 rewrites its pid file on reconfigure (a new process) without
+  # truncating it, so a shorter pid leaves a digit of the old one on a second line.
+  pid=$(head -n1 "$dir/run/slurmctld.pid")
   kill "$pid"
   for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
   kill -0 "$pid" 2>/dev/null && die "slurmctld $pid did not stop"
@@ -199,7 +206,7 @@ restart_ctld() {
 
 start() {
   need
-  [ -e "$dir/run/slurmctld.pid" ] && kill -0 "$(cat "$dir/run/slurmctld.pid")" 2>/dev/null && die "already running in $dir"
+  [ -e "$dir/run/slurmctld.pid" ] && kill -0 "$(head -n1 "$dir/run/slurmctld.pid")" 2>/dev/null && die "already running in $dir"
   install -d "$dir/run"
   write_config
   start_munge
@@ -209,7 +216,7 @@ start() {
     slurmd -N "$n" -f "$conf"
   done
   for _ in $(seq 150); do
-    if ! kill -0 "$(cat "$dir/run/slurmctld.pid" 2>/dev/null || echo 0)" 2>/dev/null && [ -e "$dir/log/slurmctld.log" ] && grep -q "fatal" "$dir/log/slurmctld.log"; then
+    if ! kill -0 "$(head -n1 "$dir/run/slurmctld.pid" 2>/dev/null || echo 0)" 2>/dev/null && [ -e "$dir/log/slurmctld.log" ] && grep -q "fatal" "$dir/log/slurmctld.log"; then
       grep -E "fatal|heshare" "$dir/log/slurmctld.log" >&2 || true
       die "slurmctld exited (log: $dir/log/slurmctld.log)"
     fi
@@ -229,7 +236,7 @@ stop() {
   local f pid
   for f in "$dir"/run/slurmd-*.pid "$dir/run/slurmctld.pid"; do
     [ -e "$f" ] || continue
-    pid=$(cat "$f")
+    pid=$(head -n1 "$f")
     kill "$pid" 2>/dev/null || true
     for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
     kill -9 "$pid" 2>/dev/null || true

@@ -148,8 +148,15 @@ impl Cluster {
         std::fs::read_to_string(self.dir.join(name)).unwrap_or_else(|e| panic!("{name}: {e}"))
     }
 
+    /// slurmctld's pid: the pid file's first line (24.11 rewrites it on reconfigure without
+    /// truncating it).
     pub fn slurmctld_pid(&self) -> String {
-        self.read("run/slurmctld.pid").trim().to_owned()
+        self.read("run/slurmctld.pid")
+            .lines()
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_owned()
     }
 
     /// Stops slurmctld with SIGTERM and starts it again on its saved state (the same
