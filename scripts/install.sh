@@ -6,7 +6,8 @@
 # Installs PREFIX/bin/heshare, PREFIX/lib/job_submit_heshare.so (the job_submit plugin),
 # PREFIX/lib/spank_heshare.so (the SPANK plugin for the sbatch/srun/salloc options), the node
 # helper's links PREFIX/libexec/heshare-{prolog,epilog,task-prolog} and, if absent,
-# $HESHARE_SYSCONFDIR/heshare.toml ($HESHARE_SYSCONFDIR: default /etc/slurm). Needs the Slurm
+# $HESHARE_SYSCONFDIR/heshare.toml ($HESHARE_SYSCONFDIR: default /etc/slurm), and the sampling
+# timer's systemd units (PREFIX/share/heshare/systemd/heshare-sample.{service,timer}). Needs the Slurm
 # headers of the Slurm it will run in (Debian: libslurm-dev): the plugin is built against them.
 set -euo pipefail
 prefix=${1:-/opt/heshare}
@@ -24,6 +25,10 @@ for hook in prolog epilog task-prolog; do
 done
 install -m 0755 target/release/libheshare.so "$prefix/lib/job_submit_heshare.so"
 cc -shared -fPIC -O2 -o "$prefix/lib/spank_heshare.so" c_shim/spank_heshare.c
+install -d "$prefix/share/heshare/systemd"
+sed "s|/opt/heshare/bin/heshare|$prefix/bin/heshare|" slurm-conf/heshare-sample.service \
+  > "$prefix/share/heshare/systemd/heshare-sample.service"
+install -m 0644 slurm-conf/heshare-sample.timer "$prefix/share/heshare/systemd/heshare-sample.timer"
 etc=${HESHARE_SYSCONFDIR:-/etc/slurm}
 if [ ! -e "$etc/heshare.toml" ] && [ -w "$etc" ] 2>/dev/null; then
   install -m 0644 slurm-conf/heshare.toml "$etc/heshare.toml"
@@ -52,6 +57,9 @@ PrologFlags=Alloc runs the Prolog when the job is allocated, so accounting cover
   Epilog=$prefix/libexec/heshare-epilog
   TaskProlog=$prefix/libexec/heshare-task-prolog
   PrologFlags=Alloc
+and, so the accounting split goes by each job's measured GPU work, the sampling timer:
+  systemctl link $prefix/share/heshare/systemd/heshare-sample.service $prefix/share/heshare/systemd/heshare-sample.timer
+  systemctl enable --now heshare-sample.timer
 
 Then: $prefix/bin/heshare check-config --slurm-conf /etc/slurm/slurm.conf
 and restart slurmctld.

@@ -214,8 +214,13 @@ pub struct NodeSettings {
     pub state_dir: PathBuf,
     /// One JSON line per finished job (and per closed idle interval).
     pub accounting_log: PathBuf,
-    /// The MPS control program; a bare name is looked up in PATH.
+    /// The MPS control program, by absolute path: the helper runs it as root, so it must be
+    /// root-owned and writable by no one else, nor may its directories be (checked before use).
     pub mps_control: PathBuf,
+    /// Where `mps_control` was set (`FILE:LINE`, or `FILE` for the default), for the helper's
+    /// errors about it at run time.
+    #[serde(skip)]
+    pub mps_control_origin: String,
     /// MPS pipe and log directories get one subdirectory per node and GPU index.
     pub mps_pipe_dir: PathBuf,
     pub mps_log_dir: PathBuf,
@@ -234,7 +239,8 @@ impl Default for NodeSettings {
             backend: BackendChoice::Auto,
             state_dir: PathBuf::from("/var/lib/heshare"),
             accounting_log: PathBuf::from("/var/log/heshare/accounting.jsonl"),
-            mps_control: PathBuf::from("nvidia-cuda-mps-control"),
+            mps_control: PathBuf::from("/usr/bin/nvidia-cuda-mps-control"),
+            mps_control_origin: String::new(),
             mps_pipe_dir: PathBuf::from("/run/heshare/mps"),
             mps_log_dir: PathBuf::from("/var/log/heshare/mps"),
             command_timeout_s: 20.0,
@@ -322,8 +328,16 @@ impl Config {
                 }])
             })?;
         let mut errs = Vec::new();
-        let cfg = validate(raw, &mut errs);
+        let mut cfg = validate(raw, &mut errs);
         if errs.is_empty() {
+            let doc = toml_edit::ImDocument::parse(src.to_owned()).ok();
+            cfg.node.mps_control_origin = match doc
+                .as_ref()
+                .and_then(|d| line_of_field(d, src, "node.mps_control"))
+            {
+                Some(line) => format!("{}:{line}", path.display()),
+                None => format!("{} (default)", path.display()),
+            };
             Ok(cfg)
         } else {
             let doc = toml_edit::ImDocument::parse(src.to_owned()).ok();
@@ -744,6 +758,7 @@ fn validate_node(n: &NodeSettings, gpu_types: &[GpuType], errs: &mut Problems) {
     for (field, path) in [
         ("node.state_dir", &n.state_dir),
         ("node.accounting_log", &n.accounting_log),
+        ("node.mps_control", &n.mps_control),
         ("node.mps_pipe_dir", &n.mps_pipe_dir),
         ("node.mps_log_dir", &n.mps_log_dir),
     ] {
@@ -1046,9 +1061,22 @@ memory_gib = 8
     #[test]
     fn node_settings_default_and_are_checked() {
         let cfg = parse(SMALL).expect("valid");
-        assert_eq!(cfg.node, NodeSettings::default());
+        assert_eq!(
+            cfg.node,
+            NodeSettings {
+                mps_control_origin: "h.toml (default)".into(),
+                ..NodeSettings::default()
+            }
+        );
+        let set = format!("{SMALL}\n[node]\nmps_control = \"/opt/nvidia/mps-control\"\n");
+        let line = set.lines().count();
+        assert_eq!(
+            parse(&set).expect("valid").node.mps_control_origin,
+            format!("h.toml:{line}"),
+            "errors about the program at run time name where it was set"
+        );
         let bad = format!(
-            "{SMALL}\n[node]\nbackend = \"model\"\nstate_dir = \"var/heshare\"\ngpu_type = \"k80\"\n"
+            "{SMALL}\n[node]\nbackend = \"model\"\nstate_dir = \"var/heshare\"\ngpu_type = \"k80\"\nmps_control = \"nvidia-cuda-mps-control\"\n"
         );
         let errs = parse(&bad).expect_err("must fail");
         let text: Vec<String> = errs.iter().map(ToString::to_string).collect();
@@ -1056,6 +1084,12 @@ memory_gib = 8
             text.iter()
                 .any(|m| m.contains(": node.state_dir: \"var/heshare\" must be an absolute path")),
             "{text:?}"
+        );
+        assert!(
+            text.iter().any(|m| m.contains(
+                ": node.mps_control: \"nvidia-cuda-mps-control\" must be an absolute path"
+            )),
+            "root must not look its programs up in PATH: {text:?}"
         );
         assert!(
             text.iter()

@@ -31,9 +31,19 @@ fn the_installed_plugins_load_in_slurm_and_decide() {
         "libexec/heshare-prolog",
         "libexec/heshare-epilog",
         "libexec/heshare-task-prolog",
+        "share/heshare/systemd/heshare-sample.timer",
     ] {
         assert!(p.join(f).exists(), "{f} was not installed");
     }
+    let unit = std::fs::read_to_string(p.join("share/heshare/systemd/heshare-sample.service"))
+        .expect("sample service installed");
+    assert!(
+        unit.contains(&format!(
+            "ExecStart={}/bin/heshare node sample",
+            p.display()
+        )),
+        "{unit}"
+    );
     assert!(etc.path().join("heshare.toml").exists());
     assert!(
         out.contains("PluginDir=") && out.contains(&format!("{}/lib", p.display())),

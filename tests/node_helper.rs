@@ -33,18 +33,44 @@ fn job(id: &str, gpu: u32, share: Option<u8>, class: &'static str) -> Job {
     }
 }
 
+/// The stand-in MPS control program, copied where root may run it: the helper refuses a
+/// program in a directory others could write to, and a checkout's may be group-writable.
+fn stand_in_mps(dir: &Path) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).expect("mkdir");
+    let p = bin.join("stand-in-mps-control");
+    std::fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/stand-in-mps-control"),
+        &p,
+    )
+    .expect("copy");
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    p
+}
+
+fn mode(p: &Path) -> u32 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(p)
+        .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+        .mode()
+        & 0o7777
+}
+
 impl Node {
-    fn new(mps_control: Option<&Path>) -> Node {
+    /// A node whose MPS control program is the stand-in (`mps`) or missing.
+    fn new(mps: bool) -> Node {
         let dir = tempfile::tempdir().expect("tempdir");
         let base = std::fs::read_to_string(
             Path::new(env!("CARGO_MANIFEST_DIR")).join("slurm-conf/heshare.toml"),
         )
         .expect("shipped config");
         let d = dir.path().display();
-        let mps = mps_control.map_or_else(
-            || format!("{d}/no-such-mps-control"),
-            |p| p.display().to_string(),
-        );
+        let mps = if mps {
+            stand_in_mps(dir.path()).display().to_string()
+        } else {
+            format!("{d}/no-such-mps-control")
+        };
         let config = dir.path().join("heshare.toml");
         std::fs::write(
             &config,
@@ -160,7 +186,7 @@ fn pause() {
 
 #[test]
 fn shared_and_exclusive_jobs_are_accounted_and_clocks_return_to_default() {
-    let n = Node::new(None);
+    let n = Node::new(false);
     let a = job("101", 0, Some(40), "vit-infer");
     let b = job("102", 0, Some(40), "whisper-infer");
     let c = job("103", 1, None, "bert-train");
@@ -207,6 +233,9 @@ fn shared_and_exclusive_jobs_are_accounted_and_clocks_return_to_default() {
     );
     assert!(rec("103")["share_pct"].is_null());
     assert!(recs.iter().any(|r| r["kind"] == "idle"));
+    // No per-process measurement on this GPU: the shared jobs' split is the model's, and says so.
+    assert_eq!(ra["basis"], "model", "{ra:#}");
+    assert_eq!(rec("103")["basis"], "whole");
 
     // The report: per-user and per-type tables that add up, an SVG, a Prometheus textfile.
     let svg = n.dir.path().join("energy.svg");
@@ -263,7 +292,7 @@ fn a_kill_at_any_step_is_repaired_by_the_next_run() {
         "a step was added: cover it here"
     );
     for &step in heshare::node::STEPS {
-        let n = Node::new(None);
+        let n = Node::new(false);
         let a = job("1", 0, Some(40), "vit-infer");
         let b = job("2", 0, Some(40), "whisper-infer");
         let c = job("3", 1, None, "bert-train");
@@ -319,7 +348,7 @@ fn a_kill_at_any_step_is_repaired_by_the_next_run() {
 
 #[test]
 fn thirty_two_concurrent_prologs_and_epilogs_keep_the_state_consistent() {
-    let n = Node::new(None);
+    let n = Node::new(false);
     // Four GPUs, eight 10% MPS jobs on each.
     let jobs: Vec<Job> = (0..32)
         .map(|i| {
@@ -355,14 +384,11 @@ fn thirty_two_concurrent_prologs_and_epilogs_keep_the_state_consistent() {
 
 #[test]
 fn the_mps_daemon_starts_with_the_first_sharing_job_and_quits_after_the_last() {
-    let stand_in =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/stand-in-mps-control");
-    let n = Node::new(Some(&stand_in));
+    let n = Node::new(true);
     let pipe = n.dir.path().join("mps/n1/gpu2");
     let commands = || std::fs::read_to_string(pipe.join("commands")).unwrap_or_default();
     let a = job("11", 2, Some(50), "vit-infer");
-    let mut b = job("12", 2, Some(30), "vit-infer");
-    b.uid = 1001;
+    let b = job("12", 2, Some(30), "vit-infer");
     let c = job("13", 3, None, "bert-train");
     n.ok("prolog", &a);
     assert!(pipe.join("control").exists(), "daemon up");
@@ -373,11 +399,6 @@ fn the_mps_daemon_starts_with_the_first_sharing_job_and_quits_after_the_last() {
         commands()
     );
     n.ok("prolog", &b);
-    assert!(
-        commands().contains("start_server -uid 1001"),
-        "{}",
-        commands()
-    );
     assert_eq!(
         commands().matches("daemon ").count(),
         1,
@@ -388,12 +409,18 @@ fn the_mps_daemon_starts_with_the_first_sharing_job_and_quits_after_the_last() {
         !n.dir.path().join("mps/n1/gpu3").exists(),
         "no MPS for a whole GPU"
     );
+    // The pipes are for the jobs' users; the logs are root's.
+    assert_eq!(mode(&pipe), 0o755);
+    assert_eq!(mode(&n.dir.path().join("mpslog/n1/gpu2")), 0o700);
 
-    // The tasks learn where the daemon is; slurmd gives TaskProlog no GPU list.
+    // The tasks learn where the daemon is from what the Prolog published: slurmd gives
+    // TaskProlog no GPU list, and CUDA_VISIBLE_DEVICES counts from 0 inside a job whose devices
+    // are constrained, so it must not be read as the node's index.
     let o = n
         .cmd(&["task-prolog"])
         .env("SLURM_JOB_ID", "12")
         .env("SLURMD_NODENAME", "n1")
+        .env("CUDA_VISIBLE_DEVICES", "0")
         .env("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "30")
         .output()
         .expect("runs");
@@ -405,6 +432,9 @@ fn the_mps_daemon_starts_with_the_first_sharing_job_and_quits_after_the_last() {
         )) && exports.contains("export CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=30\n"),
         "{exports}"
     );
+    assert!(!exports.contains("print"), "nothing to wait for: {exports}");
+    let published = n.dir.path().join("mps/n1/jobs/12");
+    assert_eq!(mode(&published), 0o644, "readable by the job's user");
     let o = n
         .cmd(&["task-prolog"])
         .env("SLURM_JOB_ID", "13")
@@ -424,21 +454,77 @@ fn the_mps_daemon_starts_with_the_first_sharing_job_and_quits_after_the_last() {
         "the last sharing job took the daemon"
     );
     assert!(commands().ends_with("quit\n"), "{}", commands());
+    assert!(!published.exists(), "the Epilog takes the job's file away");
     n.ok("epilog", &c);
     n.assert_settled(&[&a, &b, &c]);
 }
 
 #[test]
-fn mps_that_will_not_start_or_quit_fails_the_hook_and_loses_nothing() {
-    let stand_in =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/stand-in-mps-control");
-    let n = Node::new(Some(&stand_in));
-    let a = job("21", 0, Some(50), "vit-infer");
+fn a_second_users_mps_job_on_a_held_gpu_waits_and_is_told() {
+    let n = Node::new(true);
+    let pipe = n.dir.path().join("mps/n1/gpu2");
+    let commands = || std::fs::read_to_string(pipe.join("commands")).unwrap_or_default();
+    let a = job("61", 2, Some(50), "vit-infer");
+    let mut b = job("62", 2, Some(30), "vit-infer");
+    b.user = "bob";
+    b.uid = 1001;
+    n.ok("prolog", &a);
+    pause();
+    n.ok("prolog", &b);
+    // MPS serves one user per GPU: no server for bob while alice's runs.
+    assert!(
+        !commands().contains("start_server -uid 1001"),
+        "{}",
+        commands()
+    );
+    let log = std::fs::read_to_string(n.dir.path().join("state/n1/helper.log")).expect("log");
+    assert!(
+        log.contains("job 62 (uid 1001) landed on the MPS server of uid 1000 (jobs 61)"),
+        "{log}"
+    );
+    // bob's job is told, in its own output, why its GPU work has not started.
     let o = n
-        .hook_cmd("prolog", &a)
-        .env("STAND_IN_MPS_FAIL_START", "1")
+        .cmd(&["task-prolog"])
+        .env("SLURM_JOB_ID", "62")
+        .env("SLURMD_NODENAME", "n1")
+        .env("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "30")
         .output()
         .expect("runs");
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("print heshare: GPU 2 is in MPS use by another user's jobs"),
+        "{out}"
+    );
+    pause();
+    n.ok("epilog", &a);
+    assert!(
+        commands().contains("start_server -uid 1001"),
+        "bob's server starts when alice's last job ends: {}",
+        commands()
+    );
+    pause();
+    n.ok("epilog", &b);
+    n.assert_settled(&[&a, &b]);
+    let recs = n.records();
+    let rb = recs.iter().find(|r| r["job_id"] == "62").expect("record");
+    let waited = rb["mps_wait_s"].as_f64().expect("wait");
+    let ra = recs.iter().find(|r| r["job_id"] == "61").expect("record");
+    let a_dur = ra["end"].as_f64().expect("t") - ra["start"].as_f64().expect("t");
+    assert!(
+        waited > 0.1 && waited <= a_dur,
+        "bob waited {waited} s of alice's {a_dur} s: {rb:#}"
+    );
+    assert_eq!(ra["mps_wait_s"], 0.0);
+}
+
+#[test]
+fn mps_that_will_not_start_or_quit_fails_the_hook_and_loses_nothing() {
+    let n = Node::new(true);
+    let a = job("21", 0, Some(50), "vit-infer");
+    let fail_start = n.dir.path().join("bin/fail-start");
+    std::fs::write(&fail_start, "").expect("marker");
+    let o = n.hook("prolog", &a);
+    std::fs::remove_file(&fail_start).expect("marker");
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
         !o.status.success(),
@@ -458,11 +544,10 @@ fn mps_that_will_not_start_or_quit_fails_the_hook_and_loses_nothing() {
 
     // A daemon that ignores quit: the Epilog records the job, then fails so Slurm drains.
     n.ok("prolog", &a);
-    let o = n
-        .hook_cmd("epilog", &a)
-        .env("STAND_IN_MPS_STUCK", "1")
-        .output()
-        .expect("runs");
+    let stuck = n.dir.path().join("bin/stuck");
+    std::fs::write(&stuck, "").expect("marker");
+    let o = n.hook("epilog", &a);
+    std::fs::remove_file(&stuck).expect("marker");
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success());
     assert!(err.contains("did not quit"), "{err}");
@@ -485,7 +570,7 @@ fn mps_that_will_not_start_or_quit_fails_the_hook_and_loses_nothing() {
 
 #[test]
 fn a_bad_job_environment_is_named_and_a_job_without_gpus_is_left_alone() {
-    let n = Node::new(None);
+    let n = Node::new(false);
     let a = job("31", 0, None, "bert-train");
     let o = n
         .hook_cmd("prolog", &a)
@@ -522,7 +607,7 @@ fn a_bad_job_environment_is_named_and_a_job_without_gpus_is_left_alone() {
 
 #[test]
 fn a_counter_reset_between_prolog_and_epilog_is_flagged_on_the_record() {
-    let n = Node::new(None);
+    let n = Node::new(false);
     let a = job("41", 0, None, "bert-train");
     let model = n.dir.path().join("state/n1/model-gpus.json");
     let set_counter = |mj: f64| {
@@ -550,4 +635,249 @@ fn a_counter_reset_between_prolog_and_epilog_is_flagged_on_the_record() {
     assert!(e > 0.0 && e < 400.0 * 0.5, "{e}");
     let o = n.cmd(&["report"]).arg(n.log()).output().expect("runs");
     assert!(String::from_utf8_lossy(&o.stdout).contains("counter reset"));
+}
+
+/// Reads, edits and writes the model GPUs' file (the stand-in for what NVML would report).
+fn edit_model(n: &Node, f: impl FnOnce(&mut Value)) {
+    let path = n.dir.path().join("state/n1/model-gpus.json");
+    let mut m: Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).expect("model")).expect("json");
+    f(&mut m);
+    std::fs::write(&path, serde_json::to_string(&m).expect("json")).expect("write");
+}
+
+fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs_f64()
+}
+
+#[test]
+fn a_co_tenant_that_claims_a_light_class_pays_for_the_work_the_driver_measured() {
+    let n = Node::new(false);
+    let cfg = heshare::config::Config::load(&n.config).expect("config");
+    let idle_w = cfg.gpu_types[cfg.gpu_type("a100").expect("a100")]
+        .idle_power
+        .0;
+    // A GPU that exists (an earlier job made the model GPU), then a recorded counter instead of
+    // the model's integral: 300 W whatever the jobs claim, and per-process accounting on.
+    let z = job("70", 0, None, "bert-train");
+    n.ok("prolog", &z);
+    n.ok("epilog", &z);
+    let draw_w = 300.0;
+    edit_model(&n, |m| {
+        let c0 = m["0"]["counter_mj"].as_f64().expect("counter") + 1000.0;
+        let t0 = unix_now();
+        m["0"]["counter_trace"] =
+            serde_json::json!([[t0, c0], [t0 + 3600.0, c0 + draw_w * 3600.0 * 1000.0]]);
+        m["0"]["processes"] = serde_json::json!([]);
+    });
+    let honest = job("71", 0, Some(50), "bert-train");
+    // The liar says its work is a light inference class (power_util 0.05): the model would
+    // give it a sliver of the GPU's energy.
+    let liar = job("72", 0, Some(50), "vit-infer");
+    n.ok("prolog", &honest);
+    pause();
+    n.ok("prolog", &liar);
+    // What the driver measured: the liar's process kept the GPU busy four times as long. The
+    // periodic sample reads it while both processes run, which ties each to its job's cgroup.
+    let procs = |h_busy: f64, h_running: bool, l_busy: f64| {
+        let honest = if h_running {
+            serde_json::json!({"pid": 501, "start_us": 1, "busy_pct_s": h_busy, "running": true, "job": "71", "uid": 1000})
+        } else {
+            // Exited: NVML still accounts it, /proc no longer says whose it was.
+            serde_json::json!({"pid": 501, "start_us": 1, "busy_pct_s": h_busy, "running": false})
+        };
+        serde_json::json!([
+            honest,
+            {"pid": 502, "start_us": 2, "busy_pct_s": l_busy, "running": true, "job": "72", "uid": 1000},
+            // The MPS server: work no job's cgroup holds, spread by the model.
+            {"pid": 9, "start_us": 3, "busy_pct_s": 0.0, "running": true, "uid": 0}
+        ])
+    };
+    edit_model(&n, |m| m["0"]["processes"] = procs(10.0, true, 40.0));
+    pause();
+    let o = n
+        .cmd(&["node", "sample", "--node", "n1"])
+        .output()
+        .expect("runs");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        "node n1: read GPUs [0]\n"
+    );
+    // By the honest job's Epilog its process has exited; its work still counts as its own.
+    edit_model(&n, |m| m["0"]["processes"] = procs(20.0, false, 80.0));
+    pause();
+    n.ok("epilog", &honest);
+    pause();
+    n.ok("epilog", &liar);
+
+    let recs = n.records();
+    let rec = |id: &str| recs.iter().find(|r| r["job_id"] == id).expect("record");
+    let (h, l) = (rec("71"), rec("72"));
+    assert_eq!(h["basis"], "measured", "{h:#}");
+    assert_eq!(l["basis"], "measured", "{l:#}");
+    let t = |r: &Value, k: &str| r[k].as_f64().expect("time");
+    let (t1, t2, t3) = (t(l, "start"), t(h, "end"), t(l, "end"));
+    // Shared interval: static draw by share, the work's energy by measured busy time (80%);
+    // then alone: its half of the static draw and all the work.
+    let shared = 0.5 * idle_w * (t2 - t1) + 0.8 * (draw_w - idle_w) * (t2 - t1);
+    let alone = 0.5 * idle_w * (t3 - t2) + (draw_w - idle_w) * (t3 - t2);
+    let billed = l["energy_j"].as_f64().expect("energy");
+    assert!(
+        (billed - (shared + alone)).abs() <= 1e-3 * billed,
+        "the liar is billed {billed} J; its measured share is {} J",
+        shared + alone
+    );
+    assert!(
+        billed > h["energy_j"].as_f64().expect("energy"),
+        "{h:#}\n{l:#}"
+    );
+    // Every joule of the recorded counter is in some record, exactly (not to the model's 1%).
+    let st = n.status();
+    let g = &st["gpus"][0];
+    let counter =
+        g["counter_last_j"].as_f64().expect("c") - g["counter_first_j"].as_f64().expect("c");
+    let recorded: f64 = recs
+        .iter()
+        .map(|r| r["energy_j"].as_f64().expect("e"))
+        .sum();
+    assert!(
+        (recorded - counter).abs() <= 1e-6 * counter,
+        "{recorded} vs {counter}"
+    );
+    n.assert_settled(&[&z, &honest, &liar]);
+}
+
+#[test]
+fn root_runs_only_a_safe_mps_program_and_gives_it_an_environment_of_its_own() {
+    use std::os::unix::fs::PermissionsExt;
+    let n = Node::new(true);
+    let program = n.dir.path().join("bin/stand-in-mps-control");
+    let pipe = n.dir.path().join("mps/n1/gpu0");
+    let a = job("81", 0, Some(50), "vit-infer");
+    std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o757)).expect("chmod");
+    let o = n.hook("prolog", &a);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "ran a program anyone could replace");
+    let config = std::fs::read_to_string(&n.config).expect("config");
+    let line = config
+        .lines()
+        .position(|l| l.starts_with("mps_control ="))
+        .expect("set")
+        + 1;
+    assert!(
+        err.contains(&format!(
+            "{}:{line}: node.mps_control: {}: writable by group or others",
+            n.config.display(),
+            program.display()
+        )),
+        "{err}"
+    );
+    assert!(!pipe.join("commands").exists(), "the program ran");
+    std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+
+    // Nothing of the Prolog's environment reaches the daemon (nor the servers it forks as the
+    // job's user): not slurmd's variables, not the job's, not a PATH that could be planted.
+    let o = n
+        .hook_cmd("prolog", &a)
+        .env("PATH", format!("{}:/usr/bin:/bin", n.dir.path().display()))
+        .env("HESHARE_TEST_INHERITED", "leaked")
+        .output()
+        .expect("runs");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let env = std::fs::read_to_string(pipe.join("daemon.env")).expect("daemon env");
+    assert!(
+        env.contains("PATH=/usr/sbin:/usr/bin:/sbin:/bin\n"),
+        "{env}"
+    );
+    for leak in [
+        "HESHARE_TEST_INHERITED",
+        "SLURM_",
+        "SPANK_",
+        "HESHARE_CONFIG",
+    ] {
+        assert!(!env.contains(leak), "{leak} reached the daemon:\n{env}");
+    }
+    n.ok("epilog", &a);
+    n.assert_settled(&[&a]);
+}
+
+#[test]
+fn state_and_logs_are_roots_alone() {
+    let n = Node::new(false);
+    // An MPS job without an MPS program: the Prolog has a note for helper.log.
+    let a = job("91", 0, Some(50), "vit-infer");
+    n.ok("prolog", &a);
+    n.ok("epilog", &a);
+    let d = n.dir.path();
+    for (path, want) in [
+        ("state", 0o700),
+        ("state/n1", 0o700),
+        ("state/n1/state.json", 0o600),
+        ("state/n1/lock", 0o600),
+        ("state/n1/model-gpus.json", 0o600),
+        ("state/n1/helper.log", 0o600),
+        ("log", 0o700),
+        ("log/accounting.jsonl", 0o600),
+    ] {
+        assert_eq!(mode(&d.join(path)), want, "{path}");
+    }
+    // An older install's looser state directory is tightened, not trusted as it is.
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(d.join("state/n1"), std::fs::Permissions::from_mode(0o755))
+        .expect("chmod");
+    n.ok("prolog", &a);
+    assert_eq!(mode(&d.join("state/n1")), 0o700);
+    n.ok("epilog", &a);
+}
+
+#[test]
+fn nothing_is_written_through_a_symlink_and_nothing_is_lost() {
+    let n = Node::new(true);
+    let d = n.dir.path();
+    let victim = d.join("victim");
+    std::fs::write(&victim, "keep\n").expect("write");
+    // A planted helper.log: the note is not written through it (the hook still succeeds).
+    std::fs::create_dir_all(d.join("state/n1")).expect("mkdir");
+    std::os::unix::fs::symlink(&victim, d.join("state/n1/helper.log")).expect("symlink");
+    let a = job("95", 0, Some(50), "vit-infer");
+    let mut noted = job("96", 1, Some(50), "vit-infer");
+    noted.class = "no-such-class";
+    // A planted MPS directory level: the daemon is not started below it.
+    let elsewhere = d.join("elsewhere");
+    std::fs::create_dir_all(&elsewhere).expect("mkdir");
+    std::fs::create_dir_all(d.join("mps")).expect("mkdir");
+    std::os::unix::fs::symlink(&elsewhere, d.join("mps/n1")).expect("symlink");
+    let o = n.hook("prolog", &a);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(err.contains("mps/n1: a symbolic link"), "{err}");
+    assert_eq!(std::fs::read_dir(&elsewhere).expect("dir").count(), 0);
+    std::fs::remove_file(d.join("mps/n1")).expect("rm");
+    n.ok("prolog", &a);
+    n.ok("prolog", &noted);
+    pause();
+    n.ok("epilog", &a);
+    assert_eq!(std::fs::read_to_string(&victim).expect("read"), "keep\n");
+    // A planted accounting log: the Epilog fails (Slurm drains the node, an admin looks) and the
+    // record waits in the state's outbox until the log is sound.
+    let kept = d.join("accounting.kept");
+    std::fs::rename(n.log(), &kept).expect("mv");
+    std::os::unix::fs::symlink(&victim, n.log()).expect("symlink");
+    let o = n.hook("epilog", &noted);
+    assert!(!o.status.success());
+    assert_eq!(std::fs::read_to_string(&victim).expect("read"), "keep\n");
+    // The job's record and the GPU's idle record since the job's start.
+    assert_eq!(n.status()["pending_records"], 2);
+    std::fs::remove_file(n.log()).expect("rm");
+    std::fs::rename(&kept, n.log()).expect("mv");
+    let r = n
+        .cmd(&["node", "repair", "--node", "n1"])
+        .output()
+        .expect("runs");
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    n.assert_settled(&[&a, &noted]);
 }

@@ -207,3 +207,125 @@ fn two_mps_jobs_share_a_gpu_and_one_runs_exclusive_and_every_joule_is_accounted(
     let sinfo = c.slurm("sinfo", &["-h", "-N", "-o", "%N %t"]);
     assert!(!sinfo.contains("drain"), "{sinfo}");
 }
+
+/// MPS serves one user per GPU. When Slurm puts a second user's MPS job on a GPU whose MPS
+/// server another user's job holds, the node helper lets it wait rather than fail its Prolog
+/// (which would drain the node): the job is told in its output, the node's helper.log says
+/// who waits for whom, the waiting user's server starts when the holder's last job ends, and
+/// the record carries the wait.
+#[test]
+fn a_second_users_mps_job_on_a_held_gpu_waits_and_is_told() {
+    use std::os::unix::process::CommandExt;
+    let plugin = plugin_path();
+    assert!(plugin.exists(), "{} was not built", plugin.display());
+    let stand_in = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/stand-in-mps-control"
+    );
+    let c = Cluster::start(
+        "node-users",
+        &[
+            ("HESHARE_PLUGIN", plugin.to_str().expect("utf-8")),
+            ("HESHARE_NODE_HELPER", env!("CARGO_BIN_EXE_heshare")),
+            ("HESHARE_MPS_CONTROL", stand_in),
+        ],
+    );
+    // Somewhere the other user may write its output.
+    let out = c.dir.join("out");
+    std::fs::create_dir_all(&out).expect("mkdir");
+    std::fs::set_permissions(&out, std::os::unix::fs::PermissionsExt::from_mode(0o1777))
+        .expect("chmod");
+    let args = [
+        "--parsable",
+        "--gres=gpu:t4:1",
+        "--gpu-share=40",
+        "--gpu-class=vit-infer",
+        "--wrap",
+        "sleep 4",
+    ];
+    let submit = |who: &str, uid: Option<u32>| {
+        let mut cmd = Command::new("sbatch");
+        cmd.args(["-o", &format!("{}/{who}-%j.out", out.display())])
+            .args(args)
+            .env("SLURM_CONF", c.conf())
+            .current_dir(&out);
+        if let Some(u) = uid {
+            cmd.uid(u).gid(u);
+        }
+        let o = cmd.output().expect("sbatch runs");
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout).trim().to_owned()
+    };
+    let root_job = submit("root", None);
+    let nobody_job = submit("nobody", Some(65534));
+    for j in [&root_job, &nobody_job] {
+        c.wait_done(j);
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let recs = loop {
+        let r: Vec<Value> = records(&c)
+            .into_iter()
+            .filter(|r| r["job_id"] == root_job.as_str() || r["job_id"] == nobody_job.as_str())
+            .collect();
+        if r.len() >= 2 {
+            break r;
+        }
+        assert!(Instant::now() < deadline, "records: {r:#?}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(
+        recs[0]["gpus"], recs[1]["gpus"],
+        "Slurm did not put the two users on one GPU, so this test shows nothing: {recs:#?}"
+    );
+    // Whichever Prolog took the node first holds the GPU; the other job waited for it.
+    let (waited, held): (Vec<&Value>, Vec<&Value>) = recs
+        .iter()
+        .partition(|r| r["mps_wait_s"].as_f64().expect("wait") > 0.0);
+    assert_eq!((waited.len(), held.len()), (1, 1), "{recs:#?}");
+    let (w, h) = (waited[0], held[0]);
+    let h_dur = h["end"].as_f64().expect("t") - h["start"].as_f64().expect("t");
+    assert!(
+        w["mps_wait_s"].as_f64().expect("wait") <= h_dur + 0.5,
+        "{w:#}\n{h:#}"
+    );
+    let who = if w["job_id"] == root_job.as_str() {
+        "root"
+    } else {
+        "nobody"
+    };
+    let told = c.read(&format!(
+        "out/{who}-{}.out",
+        w["job_id"].as_str().expect("id")
+    ));
+    assert!(
+        told.contains("heshare: GPU ") && told.contains("is in MPS use by another user's jobs"),
+        "the waiting job was not told: {told:?}"
+    );
+    let log = std::fs::read_to_string(c.dir.join("node-state/ht4/helper.log")).expect("log");
+    assert!(
+        log.contains(&format!(
+            "job {} (uid {})",
+            w["job_id"].as_str().expect("id"),
+            w["uid"]
+        )) && log.contains("landed on the MPS server of uid"),
+        "{log}"
+    );
+    // The holder's server first, the waiting user's only after the holder's job ended.
+    let gpu = w["gpus"][0].as_u64().expect("gpu");
+    let commands = std::fs::read_to_string(c.dir.join(format!("run/mps/ht4/gpu{gpu}/commands")))
+        .expect("commands");
+    let started: Vec<&str> = commands
+        .lines()
+        .filter(|l| l.starts_with("start_server"))
+        .collect();
+    assert_eq!(
+        started,
+        [
+            format!("start_server -uid {}", h["uid"]),
+            format!("start_server -uid {}", w["uid"])
+        ],
+        "{commands}"
+    );
+    let sinfo = c.slurm("sinfo", &["-h", "-N", "-o", "%N %t"]);
+    assert!(!sinfo.contains("drain"), "{sinfo}");
+}

@@ -34,6 +34,15 @@ pub enum NodeCommand {
         #[arg(long)]
         try_lock: bool,
     },
+    /// Read every GPU with jobs once: energy counter and per-process work, so processes are tied
+    /// to their jobs while they run (the measured energy split needs it). Run it every few
+    /// seconds as root: slurm-conf/heshare-sample.{service,timer} do.
+    Sample {
+        #[command(flatten)]
+        config: ConfigArg,
+        #[arg(long)]
+        node: Option<String>,
+    },
     /// Append records a killed helper left pending, reset clocks of GPUs without jobs, stop MPS
     /// daemons without sharing jobs; with --end-job, end a job whose Epilog never finished.
     Repair {
@@ -83,17 +92,21 @@ fn log_notes(cfg: &Config, node: &str, what: &str, notes: &[String]) {
         eprintln!("heshare {what}: {n}");
         text.push_str(&format!("{now} {what}: {n}\n"));
     }
-    let _ = std::fs::create_dir_all(path.parent().unwrap_or(&cfg.node.state_dir));
-    if let Ok(mut f) = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&path)
-    {
-        let _ = f.write_all(text.as_bytes());
+    let dir = cfg.node.state_dir.join(node);
+    let opened = crate::node::secure::ensure_own_dir(&dir, 0o700)
+        .map_err(std::io::Error::other)
+        .and_then(|()| crate::node::secure::open_append(&path));
+    match opened {
+        Ok(mut f) => {
+            let _ = f.write_all(text.as_bytes());
+        }
+        Err(e) => eprintln!("heshare {what}: {}: not logged: {e}", path.display()),
     }
 }
 
 pub fn hook(args: &HookArgs, which: Hook) -> Result<()> {
+    // Runs as root: whatever it creates is root's alone unless it says otherwise.
+    crate::node::secure::private_umask();
     let (cfg, _) = load_config(&args.config.config)?;
     let what = match which {
         Hook::Prolog => "prolog",
@@ -125,6 +138,7 @@ pub fn task_prolog(out: &mut impl Write, args: &HookArgs) -> Result<()> {
 }
 
 pub fn node(out: &mut impl Write, cmd: &NodeCommand) -> Result<()> {
+    crate::node::secure::private_umask();
     match cmd {
         NodeCommand::Status { config, node, json } => {
             let (cfg, _) = load_config(&config.config)?;
@@ -172,6 +186,22 @@ pub fn node(out: &mut impl Write, cmd: &NodeCommand) -> Result<()> {
             Ok(())
         }
         NodeCommand::Gpus { config, try_lock } => gpus(out, config, *try_lock),
+        NodeCommand::Sample { config, node } => {
+            let (cfg, _) = load_config(&config.config)?;
+            let name = node_name(node.clone());
+            let mut helper = NodeHelper::new(&cfg, &name);
+            let result = helper.sample();
+            let mut notes = std::mem::take(&mut helper.warnings);
+            if let Err(e) = &result {
+                notes.push(format!("FAILED: {e}"));
+            }
+            log_notes(&cfg, &name, "sample", &notes);
+            let read = result?;
+            if !read.is_empty() {
+                writeln!(out, "node {name}: read GPUs {read:?}")?;
+            }
+            Ok(())
+        }
         NodeCommand::Repair {
             config,
             node,

@@ -134,7 +134,7 @@ pub fn run(out: &mut impl Write, args: &ReportArgs) -> Result<()> {
             .with_context(|| format!("{}: cannot write", path.display()))?;
     }
     if let Some(path) = &args.prometheus {
-        crate::node::state::write_atomic(path, accounting::prometheus(&records).as_bytes())
+        crate::node::state::write_atomic(path, accounting::prometheus(&records).as_bytes(), 0o644)
             .with_context(|| format!("{}: cannot write", path.display()))?;
     }
     Ok(())

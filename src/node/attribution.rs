@@ -1,10 +1,18 @@
 //! Splitting a GPU's measured energy among the jobs that shared it. Pure: the node helper feeds
-//! it counter readings and the model's weights, the tests feed it numbers.
+//! it counter readings, what the driver measured per process, and the model's weights; the tests
+//! feed it numbers.
 //!
-//! Under MPS, NVML charges all client work to the MPS server process, so a per-job split can only
-//! come from a model: each job's share of an interval is its predicted power at the GPU's clock
-//! over the GPU's predicted power. The idle power of the part of the GPU no job holds goes to
-//! `idle`. Whatever the model says, the parts add up to the measured energy exactly.
+//! Two bases, and every record says which it got:
+//! - **measured** ([`measured_split`]): the GPU's static draw (its idle power over the interval)
+//!   is split by the share each job holds; the rest, the energy the work itself cost, by the GPU
+//!   busy time the driver measured for each job's processes. A job's declared class plays no
+//!   part, so claiming a light class moves nothing onto a co-tenant.
+//! - **model** ([`model_weights`] + [`split`]): where the driver measured nothing per process
+//!   (no NVML, accounting off, or work it charged to the MPS server), each job's part is its
+//!   predicted power at the GPU's clock over the GPU's predicted power.
+//!
+//! Either way the idle power of the part of the GPU no job holds goes to `idle`, and the parts
+//! add up to the measured energy exactly.
 
 use crate::model::{GpuType, ModelParams, Tenant, predict};
 use crate::units::{Joules, Mhz};
@@ -43,6 +51,88 @@ pub fn split(energy: Joules, weights: &[f64], idle_weight: f64) -> (Vec<Joules>,
         .collect();
     let given: f64 = parts.iter().map(|p| p.0).sum();
     (parts, Joules(energy.0 - given))
+}
+
+/// What the driver measured on one GPU over one interval, per job: GPU busy time of the job's
+/// processes (percent-seconds: utilisation times duration), and busy time no job could be found
+/// for (a process outside every job's cgroup, such as the MPS server).
+#[derive(Debug, Clone, PartialEq)]
+pub struct MeasuredWork {
+    pub busy: Vec<f64>,
+    pub unmapped: f64,
+}
+
+/// One interval's split on the measured basis.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MeasuredSplit {
+    pub parts: Vec<Joules>,
+    pub idle: Joules,
+    /// Per job, the part of `parts` that came from measurement (the rest is unmapped work
+    /// spread by the model's weights).
+    pub measured: Vec<Joules>,
+}
+
+/// Splits `energy` of an interval of `dt_s` seconds on a GPU that draws `idle_w` doing nothing.
+/// `shares` are the fractions of the GPU each job holds (a job waiting for another user's MPS
+/// server holds its share and gets its static part, but has no busy time). Busy time no job
+/// could be found for is spread by `model_weights`; with no busy time at all the work's energy
+/// is spread by share. Parts plus idle equal `energy`; none is negative.
+pub fn measured_split(
+    energy: Joules,
+    dt_s: f64,
+    idle_w: f64,
+    shares: &[f64],
+    work: &MeasuredWork,
+    model_weights: &[f64],
+) -> MeasuredSplit {
+    let clean = |w: f64| if w.is_finite() && w > 0.0 { w } else { 0.0 };
+    let n = shares.len();
+    let e = clean(energy.0);
+    let held: Vec<f64> = shares.iter().map(|&s| clean(s).min(1.0)).collect();
+    let held_sum: f64 = held.iter().sum();
+    // Shares over 1 (never from Slurm) are scaled down so static parts never exceed the static.
+    let scale = if held_sum > 1.0 { 1.0 / held_sum } else { 1.0 };
+    let stat = (clean(idle_w) * clean(dt_s)).min(e);
+    let dynamic = e - stat;
+    let busy: Vec<f64> = (0..n)
+        .map(|i| clean(work.busy.get(i).copied().unwrap_or(0.0)))
+        .collect();
+    let unmapped = clean(work.unmapped);
+    let total_busy: f64 = busy.iter().sum::<f64>() + unmapped;
+    let model: Vec<f64> = (0..n)
+        .map(|i| clean(model_weights.get(i).copied().unwrap_or(0.0)))
+        .collect();
+    let model_sum: f64 = model.iter().sum();
+    let mut parts = Vec::with_capacity(n);
+    let mut measured = Vec::with_capacity(n);
+    for i in 0..n {
+        let static_i = stat * held[i] * scale;
+        let (by_measure, by_model) = if total_busy > 0.0 {
+            let spread = if model_sum > 0.0 {
+                model[i] / model_sum
+            } else if held_sum > 0.0 {
+                held[i] / held_sum
+            } else {
+                0.0
+            };
+            (
+                dynamic * busy[i] / total_busy,
+                dynamic * unmapped / total_busy * spread,
+            )
+        } else if held_sum > 0.0 {
+            (dynamic * held[i] / held_sum, 0.0)
+        } else {
+            (0.0, 0.0)
+        };
+        parts.push(Joules(static_i + by_measure + by_model));
+        measured.push(Joules(static_i + by_measure));
+    }
+    let given: f64 = parts.iter().map(|p| p.0).sum();
+    MeasuredSplit {
+        idle: Joules((e - given).max(0.0) + (energy.0 - e).max(0.0)),
+        parts,
+        measured,
+    }
 }
 
 /// The model's weights for `tenants` on one GPU at `clock`: each job's predicted power, and for
@@ -121,7 +211,81 @@ mod tests {
         );
     }
 
+    #[test]
+    fn a_job_that_claims_a_light_class_pays_for_the_work_it_did() {
+        // 600 s at 250 W on a GPU idling at 50 W: 30 kJ static, 120 kJ of work. The liar did
+        // three quarters of the work; the model (fed its claimed class) thought it did little.
+        let work = MeasuredWork {
+            busy: vec![3000.0, 9000.0],
+            unmapped: 0.0,
+        };
+        let s = measured_split(
+            Joules(150_000.0),
+            600.0,
+            50.0,
+            &[0.5, 0.5],
+            &work,
+            &[200.0, 10.0],
+        );
+        assert!((s.parts[0].0 - (15_000.0 + 30_000.0)).abs() < 1e-6, "{s:?}");
+        assert!((s.parts[1].0 - (15_000.0 + 90_000.0)).abs() < 1e-6, "{s:?}");
+        assert_eq!(s.parts, s.measured);
+        assert!(s.idle.0.abs() < 1e-6);
+        // Unmapped work (the MPS server's) goes by the model, and is not counted as measured.
+        let w2 = MeasuredWork {
+            busy: vec![0.0, 0.0],
+            unmapped: 100.0,
+        };
+        let s2 = measured_split(
+            Joules(150_000.0),
+            600.0,
+            50.0,
+            &[0.5, 0.25],
+            &w2,
+            &[3.0, 1.0],
+        );
+        assert!(
+            (s2.parts[0].0 - (15_000.0 + 90_000.0)).abs() < 1e-6,
+            "{s2:?}"
+        );
+        assert!((s2.measured[0].0 - 15_000.0).abs() < 1e-6, "{s2:?}");
+        assert!(
+            (s2.idle.0 - 7_500.0).abs() < 1e-6,
+            "a quarter unheld: {s2:?}"
+        );
+    }
+
     proptest! {
+        /// The measured split conserves energy, gives no negative part, and never charges a job
+        /// less than its static part plus its measured fraction of the work.
+        #[test]
+        fn measured_parts_sum_to_energy_and_follow_measurement(
+            energy in 0.0f64..1e8,
+            dt in 0.0f64..1e5,
+            idle_w in 0.0f64..200.0,
+            jobs in proptest::collection::vec((0.0f64..1.0, 0.0f64..1e6, 0.0f64..500.0), 0..8),
+            unmapped in 0.0f64..1e6,
+        ) {
+            let shares: Vec<f64> = jobs.iter().map(|j| j.0).collect();
+            let work = MeasuredWork { busy: jobs.iter().map(|j| j.1).collect(), unmapped };
+            let model: Vec<f64> = jobs.iter().map(|j| j.2).collect();
+            let s = measured_split(Joules(energy), dt, idle_w, &shares, &work, &model);
+            let sum: f64 = s.parts.iter().map(|p| p.0).sum::<f64>() + s.idle.0;
+            prop_assert!((sum - energy).abs() <= 1e-9 * energy.max(1.0));
+            prop_assert!(s.parts.iter().all(|p| p.0 >= 0.0) && s.idle.0 >= 0.0);
+            let total_busy: f64 = work.busy.iter().sum::<f64>() + unmapped;
+            let stat = (idle_w * dt).min(energy);
+            let held: f64 = shares.iter().sum();
+            let scale = if held > 1.0 { 1.0 / held } else { 1.0 };
+            for (i, p) in s.parts.iter().enumerate() {
+                prop_assert!(s.measured[i].0 <= p.0 + 1e-9 * energy.max(1.0));
+                if total_busy > 0.0 {
+                    let floor = stat * shares[i] * scale + (energy - stat) * work.busy[i] / total_busy;
+                    prop_assert!(p.0 >= floor - 1e-9 * energy.max(1.0), "{} < {}", p.0, floor);
+                }
+            }
+        }
+
         /// Conservation: the parts sum to the measured energy, none is negative.
         #[test]
         fn parts_sum_to_energy(

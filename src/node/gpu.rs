@@ -46,6 +46,46 @@ pub enum GpuError {
     },
 }
 
+/// One process the driver accounted GPU work to, as of the reading.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProcessWork {
+    pub pid: u32,
+    /// When the process started (µs since the epoch): with `pid`, names it across pid reuse.
+    pub start_us: u64,
+    /// GPU busy time so far, in percent-seconds (lifetime utilisation times lifetime).
+    pub busy_pct_s: f64,
+    pub running: bool,
+    /// The Slurm job whose cgroup holds the process, read while it runs (`None` once it has
+    /// exited or outside any job: the MPS server, an admin's tool).
+    #[serde(default)]
+    pub job: Option<String>,
+    #[serde(default)]
+    pub uid: Option<u32>,
+}
+
+/// The Slurm job id in a process's `/proc/PID/cgroup` text: slurmstepd puts every task in
+/// `.../job_ID/step_S/...` (cgroup v1 and v2 alike), which the job's user cannot leave.
+pub fn job_of_cgroup(text: &str) -> Option<String> {
+    text.lines().find_map(|line| {
+        let path = line.splitn(3, ':').nth(2)?;
+        path.split('/').find_map(|part| {
+            let id = part.strip_prefix("job_")?;
+            (!id.is_empty() && id.bytes().all(|b| b.is_ascii_digit())).then(|| id.to_owned())
+        })
+    })
+}
+
+/// The job and owner of a running process, from `/proc`.
+fn proc_job_and_uid(pid: u32) -> (Option<String>, Option<u32>) {
+    use std::os::unix::fs::MetadataExt;
+    let dir = PathBuf::from(format!("/proc/{pid}"));
+    let job = std::fs::read_to_string(dir.join("cgroup"))
+        .ok()
+        .and_then(|t| job_of_cgroup(&t));
+    let uid = std::fs::metadata(&dir).ok().map(|m| m.uid());
+    (job, uid)
+}
+
 /// What the node helper needs of a GPU. Indices are the node's physical GPU indices (the
 /// numbers in `SLURM_JOB_GPUS`).
 pub trait GpuControl {
@@ -69,6 +109,11 @@ pub trait GpuControl {
     }
     /// Process ids NVML sees on the GPU (under MPS: the MPS server's).
     fn running_pids(&self, gpu: u32) -> Result<Vec<u32>, GpuError>;
+    /// The work the driver accounted to each process on the GPU so far; `None` where it
+    /// measures nothing per process (the energy split then falls back to the model).
+    fn process_work(&mut self, _gpu: u32) -> Result<Option<Vec<ProcessWork>>, GpuError> {
+        Ok(None)
+    }
     /// The model draws what the helper predicts for the jobs now on the GPU; NVML measures.
     fn set_modelled_power(&mut self, _gpu: u32, _power: Watts) {}
     /// Persists what must outlive this process (the model's counters).
@@ -206,6 +251,62 @@ impl GpuControl for NvmlGpus {
             .map_err(|e| nvml_err(op, gpu, e))
     }
 
+    /// NVML's accounting mode keeps per-process lifetime utilisation for running and exited
+    /// processes. It is off by default: the first reading turns it on (root; it stays on until
+    /// reboot) and measures nothing for that interval.
+    fn process_work(&mut self, gpu: u32) -> Result<Option<Vec<ProcessWork>>, GpuError> {
+        let op = "accounting";
+        let mut d = self.device(op, gpu)?;
+        match d.is_accounting_enabled() {
+            Ok(true) => {}
+            Ok(false) => {
+                return match d.set_accounting(true) {
+                    Ok(()) => Ok(Some(Vec::new())),
+                    Err(_) => Ok(None),
+                };
+            }
+            Err(_) => return Ok(None),
+        }
+        let pids = match d.accounting_pids() {
+            Ok(p) => p,
+            Err(_) => return Ok(None),
+        };
+        let now_us = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|t| t.as_micros())
+            .unwrap_or(0);
+        let mut out = Vec::with_capacity(pids.len());
+        for pid in pids {
+            let Ok(st) = d.accounting_stats_for(pid) else {
+                continue;
+            };
+            let Some(util) = st.gpu_utilization else {
+                continue;
+            };
+            // `time` is only set once the process has exited; until then its life so far.
+            #[allow(clippy::cast_precision_loss)]
+            let life_s = if st.is_running {
+                now_us.saturating_sub(u128::from(st.start_time)) as f64 / 1e6
+            } else {
+                st.time as f64 / 1e3
+            };
+            let (job, uid) = if st.is_running {
+                proc_job_and_uid(pid)
+            } else {
+                (None, None)
+            };
+            out.push(ProcessWork {
+                pid,
+                start_us: st.start_time,
+                busy_pct_s: f64::from(util) * life_s,
+                running: st.is_running,
+                job,
+                uid,
+            });
+        }
+        Ok(Some(out))
+    }
+
     fn running_pids(&self, gpu: u32) -> Result<Vec<u32>, GpuError> {
         let op = "running compute processes";
         Ok(self
@@ -232,6 +333,30 @@ pub struct ModelGpu {
     pub power_w: f64,
     pub locked_mhz: Option<u32>,
     pub clocks_mhz: Vec<u32>,
+    /// A STAND-IN for NVML's per-process accounting: what a test says the driver measured.
+    /// Absent: the model measures nothing per process, as NVML with accounting off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub processes: Option<Vec<ProcessWork>>,
+    /// A recorded counter (`[unix_s, mJ]` pairs, in time order) that replaces the model's
+    /// integral: the energy a test feeds in is not what the model would have produced.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub counter_trace: Option<Vec<(f64, f64)>>,
+}
+
+/// The trace's counter at `t`, linear between points and flat beyond them.
+fn trace_at(trace: &[(f64, f64)], t: f64) -> Option<f64> {
+    let first = trace.first()?;
+    if t <= first.0 {
+        return Some(first.1);
+    }
+    for w in trace.windows(2) {
+        let ((t0, c0), (t1, c1)) = (w[0], w[1]);
+        if t <= t1 {
+            let f = if t1 > t0 { (t - t0) / (t1 - t0) } else { 1.0 };
+            return Some(c0 + (c1 - c0) * f);
+        }
+    }
+    trace.last().map(|l| l.1)
 }
 
 /// A modelled GPU for every index the helper has attached; all readings are taken at the one
@@ -280,8 +405,12 @@ impl ModelGpus {
         })
     }
 
-    /// The counter at `now`; the model GPU drew `power_w` since its last change.
+    /// The counter at `now`: the recorded trace where there is one, else the model's integral
+    /// (the GPU drew `power_w` since its last change).
     fn counter_now(g: &ModelGpu, now: f64) -> f64 {
+        if let Some(c) = g.counter_trace.as_deref().and_then(|t| trace_at(t, now)) {
+            return c;
+        }
         g.counter_mj + g.power_w * (now - g.at_unix_s).max(0.0) * 1000.0
     }
 }
@@ -314,6 +443,8 @@ impl GpuControl for ModelGpus {
                 power_w: gpu_type.idle_power.0,
                 locked_mhz: None,
                 clocks_mhz: gpu_type.sm_clocks.iter().map(|m| m.0).collect(),
+                processes: None,
+                counter_trace: None,
             },
         );
         self.dirty = true;
@@ -372,6 +503,10 @@ impl GpuControl for ModelGpus {
         Ok(Vec::new())
     }
 
+    fn process_work(&mut self, gpu: u32) -> Result<Option<Vec<ProcessWork>>, GpuError> {
+        Ok(self.gpus.get(&gpu).and_then(|g| g.processes.clone()))
+    }
+
     fn set_modelled_power(&mut self, gpu: u32, power: Watts) {
         let now = self.now;
         let idle = self.idle_w.get(&gpu).copied();
@@ -395,11 +530,38 @@ impl GpuControl for ModelGpus {
             path: self.path.clone(),
             source: std::io::Error::other(e),
         })?;
-        super::state::write_atomic(&self.path, &bytes).map_err(|source| GpuError::Io {
+        super::state::write_atomic(&self.path, &bytes, 0o600).map_err(|source| GpuError::Io {
             path: self.path.clone(),
             source,
         })?;
         self.dirty = false;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_job_of_a_process_comes_from_its_slurm_cgroup() {
+        let v1 = "12:devices:/slurm/uid_1000/job_4242/step_0/task_0\n3:cpu:/slurm/uid_1000/job_4242/step_0\n";
+        assert_eq!(job_of_cgroup(v1).as_deref(), Some("4242"));
+        let v2 = "0::/system.slice/slurmstepd.scope/job_77/step_batch/user/task_0\n";
+        assert_eq!(job_of_cgroup(v2).as_deref(), Some("77"));
+        assert_eq!(
+            job_of_cgroup("0::/user.slice/user-1000.slice/session-3.scope\n"),
+            None
+        );
+        assert_eq!(job_of_cgroup("0::/x/job_/job_1a\n"), None);
+    }
+
+    #[test]
+    fn a_recorded_counter_is_read_between_its_points() {
+        let t = [(10.0, 1000.0), (20.0, 3000.0)];
+        assert_eq!(trace_at(&t, 5.0), Some(1000.0));
+        assert_eq!(trace_at(&t, 15.0), Some(2000.0));
+        assert_eq!(trace_at(&t, 25.0), Some(3000.0));
+        assert_eq!(trace_at(&[], 1.0), None);
     }
 }

@@ -11,19 +11,20 @@
 //! Every run first appends any record a killed run left in the outbox and resets the clock of
 //! any GPU the state says is idle, so a crash at any step is repaired by the next run.
 
-use super::attribution::{counter_delta, model_weights, split};
-use super::gpu::{BackendKind, GpuControl, GpuError, ModelGpus, NvmlGpus};
+use super::attribution::{MeasuredWork, counter_delta, measured_split, model_weights, split};
+use super::gpu::{BackendKind, GpuControl, GpuError, ModelGpus, NvmlGpus, ProcessWork};
 use super::mps::{Mps, MpsError};
-use super::record::{self, Record, RecordKind};
+use super::record::{self, Basis, Record, RecordKind};
 use super::state::{
-    ClockChange, GpuState, JobOnGpu, Locked, NodeState, Sample, StateDir, StateError,
+    ClockChange, GpuState, JobOnGpu, Locked, NodeState, ProcSeen, Sample, StateDir, StateError,
 };
 use crate::config::{BackendChoice, Config};
 use crate::model::{GpuType, JobClass, JobKind, ModelParams, Tenant, predict};
 use crate::policy::{ShareError, ShareJob, ShareParams, ShareSpec, optimize};
 use crate::units::{Mhz, SharePct, Watts};
 use serde::Serialize;
-use std::path::{Path, PathBuf};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::time::Duration;
 
 #[derive(Debug, thiserror::Error)]
@@ -86,27 +87,14 @@ impl JobEnv {
             })
         };
         let job_id = need("SLURM_JOB_ID")?;
-        if !job_id
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.')
-        {
-            return Err(HelperError::Env {
-                var: "SLURM_JOB_ID",
-                message: format!("{job_id:?} is not a job id"),
-            });
-        }
+        check_job_id(&job_id)?;
         let uid_s = need("SLURM_JOB_UID")?;
         let uid = uid_s.parse::<u32>().map_err(|_| HelperError::Env {
             var: "SLURM_JOB_UID",
             message: format!("{uid_s:?} is not a numeric uid"),
         })?;
         let node = need("SLURMD_NODENAME")?;
-        if node.contains('/') || node.starts_with('.') {
-            return Err(HelperError::Env {
-                var: "SLURMD_NODENAME",
-                message: format!("{node:?} is not a node name"),
-            });
-        }
+        check_node(&node)?;
         let mps_pct = match get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE") {
             None => None,
             Some(s) => Some(
@@ -146,6 +134,34 @@ impl JobEnv {
     }
 }
 
+/// Job ids name files (a job's published GPUs): digits, letters, `_` and `.` only.
+fn check_job_id(job_id: &str) -> Result<(), HelperError> {
+    let ok = !job_id.is_empty()
+        && !job_id.starts_with('.')
+        && job_id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.');
+    if ok {
+        Ok(())
+    } else {
+        Err(HelperError::Env {
+            var: "SLURM_JOB_ID",
+            message: format!("{job_id:?} is not a job id"),
+        })
+    }
+}
+
+/// Node names name directories.
+fn check_node(node: &str) -> Result<(), HelperError> {
+    if node.is_empty() || node.contains('/') || node.starts_with('.') || node.contains('\0') {
+        return Err(HelperError::Env {
+            var: "SLURMD_NODENAME",
+            message: format!("{node:?} is not a node name"),
+        });
+    }
+    Ok(())
+}
+
 /// `0,2-3` → [0, 2, 3].
 pub fn parse_gpu_list(s: &str) -> Result<Vec<u32>, String> {
     let mut out = Vec::new();
@@ -169,9 +185,39 @@ pub fn parse_gpu_list(s: &str) -> Result<Vec<u32>, String> {
     Ok(out)
 }
 
-/// The `export` lines TaskProlog prints for a task (empty for a job without an MPS share).
-/// slurmd gives TaskProlog no GPU list, so the job's GPU comes from the node state the Prolog
-/// wrote (read without the lock: it is only ever replaced whole).
+/// What the Prolog published for an MPS job's TaskProlog.
+#[derive(Debug, Clone, PartialEq)]
+struct Published {
+    gpus: Vec<u32>,
+    /// The job's GPU work waits for another user's MPS server.
+    waits: bool,
+}
+
+impl Published {
+    fn text(&self) -> String {
+        let list: Vec<String> = self.gpus.iter().map(u32::to_string).collect();
+        format!("gpus={}\nwaits={}\n", list.join(","), u8::from(self.waits))
+    }
+
+    fn parse(text: &str) -> Option<Published> {
+        let mut gpus = None;
+        let mut waits = false;
+        for line in text.lines() {
+            match line.split_once('=') {
+                Some(("gpus", v)) => gpus = parse_gpu_list(v).ok(),
+                Some(("waits", v)) => waits = v == "1",
+                _ => {}
+            }
+        }
+        Some(Published { gpus: gpus?, waits })
+    }
+}
+
+/// The lines TaskProlog prints for a task (nothing for a job without an MPS share): `export`s
+/// of the job's GPU's MPS directories and, when its GPU work must wait for another user's MPS
+/// server, a `print` that tells the job so. The GPU is the one the Prolog published (node
+/// indices, as Slurm allocated them), else Slurm's own `SLURM_STEP_GPUS`/`SLURM_JOB_GPUS`;
+/// never `CUDA_VISIBLE_DEVICES`, which counts from 0 inside a job whose devices are constrained.
 pub fn task_exports(
     cfg: &Config,
     get: &dyn Fn(&str) -> Option<String>,
@@ -187,59 +233,61 @@ pub fn task_exports(
             var: "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
             message: format!("{pct:?} is not a percentage 1..=100"),
         })?;
-    let node = get("SLURMD_NODENAME").ok_or(HelperError::Env {
-        var: "SLURMD_NODENAME",
+    let not_set = |var: &'static str| HelperError::Env {
+        var,
         message: "not set (the helper must run as Slurm's TaskProlog)".into(),
-    })?;
-    let from_env = ["SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES"]
-        .into_iter()
-        .find_map(|var| get(var).map(|v| (var, v)));
-    let gpu = match from_env {
-        Some((var, list)) => parse_gpu_list(&list)
-            .map_err(|message| HelperError::Env { var, message })?
-            .first()
-            .copied(),
+    };
+    let node = get("SLURMD_NODENAME").ok_or(not_set("SLURMD_NODENAME"))?;
+    check_node(&node)?;
+    let job_id = get("SLURM_JOB_ID").ok_or(not_set("SLURM_JOB_ID"))?;
+    check_job_id(&job_id)?;
+    let mps = mps_of(cfg, &node);
+    let published = std::fs::read_to_string(mps.jobs_dir().join(&job_id))
+        .ok()
+        .and_then(|t| Published::parse(&t));
+    let (gpu, waits) = match published {
+        Some(p) => (p.gpus.first().copied(), p.waits),
         None => {
-            let job_id = get("SLURM_JOB_ID").ok_or(HelperError::Env {
-                var: "SLURM_JOB_ID",
-                message: "not set (the helper must run as Slurm's TaskProlog)".into(),
-            })?;
-            StateDir::new(&cfg.node.state_dir, &node)
-                .peek()?
-                .gpus
-                .iter()
-                .find(|(_, g)| g.jobs.iter().any(|j| j.job_id == job_id))
-                .map(|(&i, _)| i)
+            let from_env = ["SLURM_STEP_GPUS", "SLURM_JOB_GPUS"]
+                .into_iter()
+                .find_map(|var| get(var).map(|v| (var, v)));
+            match from_env {
+                Some((var, list)) => (
+                    parse_gpu_list(&list)
+                        .map_err(|message| HelperError::Env { var, message })?
+                        .first()
+                        .copied(),
+                    false,
+                ),
+                None => (None, false),
+            }
         }
     };
     let Some(gpu) = gpu else {
         return Ok(String::new());
     };
-    let mps = mps_of(cfg, &node);
-    Ok(format!(
+    let mut out = format!(
         "export CUDA_MPS_PIPE_DIRECTORY={}\nexport CUDA_MPS_LOG_DIRECTORY={}\nexport CUDA_MPS_ACTIVE_THREAD_PERCENTAGE={pct}\n",
         mps.pipe_dir(gpu).display(),
         mps.log_dir(gpu).display(),
-    ))
+    );
+    if waits {
+        out.push_str(&format!(
+            "print heshare: GPU {gpu} is in MPS use by another user's jobs; MPS serves one user per GPU, so this job's GPU work waits until theirs ends\n"
+        ));
+    }
+    Ok(out)
 }
 
 fn mps_of(cfg: &Config, node: &str) -> Mps {
     Mps::new(
         &cfg.node.mps_control,
+        &cfg.node.mps_control_origin,
         &cfg.node.mps_pipe_dir,
         &cfg.node.mps_log_dir,
         node,
         Duration::from_secs_f64(cfg.node.command_timeout_s),
     )
-}
-
-/// Whether `program` can be run: a path that exists, or a bare name found in PATH.
-fn program_exists(program: &Path) -> bool {
-    if program.components().count() > 1 {
-        return program.is_file();
-    }
-    std::env::var_os("PATH")
-        .is_some_and(|paths| std::env::split_paths(&paths).any(|d| d.join(program).is_file()))
 }
 
 /// Opens the configured GPU backend at time `now`; the warning says when `auto` fell back.
@@ -418,6 +466,20 @@ impl<'a> NodeHelper<'a> {
         if changed {
             self.save(run)?;
         }
+        // Published GPUs of jobs a killed Epilog did not remove.
+        if let Ok(entries) = std::fs::read_dir(self.mps.jobs_dir()) {
+            for e in entries.flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                let live = run
+                    .st
+                    .gpus
+                    .values()
+                    .any(|g| g.jobs.iter().any(|j| j.job_id == name));
+                if !live && !name.starts_with('.') {
+                    let _ = std::fs::remove_file(e.path());
+                }
+            }
+        }
         Ok(())
     }
 
@@ -474,10 +536,22 @@ impl<'a> NodeHelper<'a> {
             .map(|(_, g)| g)
     }
 
-    /// Reads the counter and gives the energy since the last reading to whoever held the GPU.
-    fn close_interval(&self, run: &mut Run, gpu: u32) -> Result<(), HelperError> {
+    /// Reads the counter and gives the energy since the last reading to whoever held the GPU:
+    /// by what the driver measured per process where it did, else by the model.
+    fn close_interval(&mut self, run: &mut Run, gpu: u32) -> Result<(), HelperError> {
         let counter = run.gpu.energy_mj(gpu)?;
+        let work = match run.gpu.process_work(gpu) {
+            Ok(w) => w,
+            Err(e) => {
+                self.warnings.push(format!(
+                    "GPU {gpu}: {e}; this interval is split by the model"
+                ));
+                None
+            }
+        };
         let now = run.now;
+        let cfg = self.cfg;
+        let params = self.model_params();
         let gs = run.st.gpus.get_mut(&gpu).expect("caller inserted the GPU");
         let sample = Sample {
             t: now,
@@ -487,26 +561,43 @@ impl<'a> NodeHelper<'a> {
             None => {
                 gs.first = Some(sample);
                 gs.idle_since = Some(now);
+                // Work done before the helper's first reading belongs to no interval of its.
+                if let Some(w) = &work {
+                    map_work(&mut gs.procs, &[], w);
+                }
             }
             Some(last) => {
                 let (energy, reset) = counter_delta(last.counter_mj, counter);
-                let gpu_type = &self.cfg.gpu_types[self
-                    .cfg
+                let gpu_type = &cfg.gpu_types[cfg
                     .resolve_gpu_type(&gs.gpu_type)
-                    .unwrap_or(self.cfg.reference_gpu)];
-                let fallback = fallback_classes(&gs.jobs);
-                let tenants = tenants(self.cfg, &gs.jobs, &fallback);
+                    .unwrap_or(cfg.reference_gpu)];
                 let clock = Mhz(gs.locked_mhz.unwrap_or(gs.default_clock_mhz));
-                let (weights, idle_w) = model_weights(
-                    gpu_type,
-                    &self.cfg.gpu_types[self.cfg.reference_gpu],
-                    &tenants,
-                    clock,
-                    self.model_params(),
-                );
-                let (parts, idle) = split(energy, &weights, idle_w);
-                for (j, p) in gs.jobs.iter_mut().zip(parts) {
+                let (weights, idle_w) =
+                    interval_model_weights(cfg, gpu_type, &gs.jobs, clock, params);
+                let (parts, idle, measured) = match &work {
+                    Some(w) => {
+                        let mw = map_work(&mut gs.procs, &gs.jobs, w);
+                        let shares: Vec<f64> =
+                            gs.jobs.iter().map(|j| share_of(j).fraction()).collect();
+                        let s = measured_split(
+                            energy,
+                            now - last.t,
+                            gpu_type.idle_power.0,
+                            &shares,
+                            &mw,
+                            &weights,
+                        );
+                        (s.parts, s.idle, s.measured)
+                    }
+                    None => {
+                        let (p, i) = split(energy, &weights, idle_w);
+                        let zero = vec![crate::units::Joules(0.0); p.len()];
+                        (p, i, zero)
+                    }
+                };
+                for ((j, p), m) in gs.jobs.iter_mut().zip(parts).zip(measured) {
                     j.energy_j += p.0;
+                    j.measured_j += m.0;
                     j.counter_reset |= reset;
                     gs.attributed_jobs_j += p.0;
                 }
@@ -549,6 +640,8 @@ impl<'a> NodeHelper<'a> {
                 backend,
                 counter_reset: false,
                 complete: true,
+                basis: Basis::Whole,
+                mps_wait_s: 0.0,
             });
         }
         gs.idle_j = 0.0;
@@ -572,13 +665,18 @@ impl<'a> NodeHelper<'a> {
             .unwrap_or(self.cfg.reference_gpu);
         let gpu_type = &self.cfg.gpu_types[t];
         let reference = &self.cfg.gpu_types[self.cfg.reference_gpu];
-        if gs.jobs.is_empty() {
+        // Jobs waiting for another user's MPS server run nothing: the clock is for the others.
+        let active: Vec<JobOnGpu> = running(&gs.jobs)
+            .into_iter()
+            .map(|i| gs.jobs[i].clone())
+            .collect();
+        if active.is_empty() {
             run.gpu.reset_clock(gpu)?;
             run.gpu.set_modelled_power(gpu, gpu_type.idle_power);
             run.st.gpus.get_mut(&gpu).expect("present").locked_mhz = None;
             return Ok(());
         }
-        let (clock, note) = self.choose_clock(gpu_type, reference, &gs.jobs);
+        let (clock, note) = self.choose_clock(gpu_type, reference, &active);
         if let Some(n) = note {
             self.warnings.push(format!("GPU {gpu}: {n}"));
         }
@@ -598,19 +696,19 @@ impl<'a> NodeHelper<'a> {
             }
         };
         gs.locked_mhz = applied;
-        let running = Mhz(applied.unwrap_or(gs.default_clock_mhz));
+        let at = Mhz(applied.unwrap_or(gs.default_clock_mhz));
         for j in &mut gs.jobs {
-            if j.clocks.last().is_none_or(|c| c.mhz != running.0) {
-                j.clocks.push(ClockChange {
-                    t: now,
-                    mhz: running.0,
-                });
+            if j.clocks.last().is_none_or(|c| c.mhz != at.0) {
+                j.clocks.push(ClockChange { t: now, mhz: at.0 });
             }
         }
-        let fallback = fallback_classes(&gs.jobs);
-        let tenants = tenants(self.cfg, &gs.jobs, &fallback);
-        let power: Watts =
-            predict(gpu_type, reference, &tenants, running, self.model_params()).power;
+        let fallback = fallback_classes(&active);
+        let tenants: Vec<Tenant<'_>> = active
+            .iter()
+            .zip(&fallback)
+            .map(|(j, f)| tenant(self.cfg, j, f))
+            .collect();
+        let power: Watts = predict(gpu_type, reference, &tenants, at, self.model_params()).power;
         run.gpu.set_modelled_power(gpu, power);
         Ok(())
     }
@@ -713,25 +811,15 @@ impl<'a> NodeHelper<'a> {
                     energy_j: 0.0,
                     clocks: Vec::new(),
                     counter_reset: false,
+                    measured_j: 0.0,
+                    waits_for_uid: None,
+                    mps_wait_s: 0.0,
                 });
         }
         self.save(&mut run)?;
         self.step("prolog:joined");
-        if job.mps_pct.is_some() && self.manages_mps(&run) {
-            for &g in &joined {
-                if let Err(e) = self.mps.start(g, job.uid) {
-                    // Leave the node as it was: Slurm requeues the job and drains the node.
-                    for &h in &joined {
-                        let gs = run.st.gpus.get_mut(&h).expect("joined");
-                        gs.jobs.retain(|j| j.job_id != job.job_id);
-                        self.apply_clock(&mut run, h)?;
-                    }
-                    self.save(&mut run)?;
-                    return Err(e.into());
-                }
-                run.st.gpus.get_mut(&g).expect("joined").mps_daemon = true;
-            }
-            self.save(&mut run)?;
+        if job.mps_pct.is_some() {
+            self.join_mps(&mut run, job, &joined)?;
         }
         self.step("prolog:mps");
         for &g in &joined {
@@ -742,8 +830,158 @@ impl<'a> NodeHelper<'a> {
         self.flush(&mut run)
     }
 
+    /// An MPS job's GPUs: its user's server where the GPU's MPS is free or already theirs; where
+    /// another user's server holds it, the job waits (see below), and is told so. Then the job's
+    /// GPUs are published for its TaskProlog.
+    ///
+    /// Why wait rather than fail: MPS serves one user per GPU, and a client of a second user
+    /// waits until the first user's clients are gone (NVIDIA's documented behaviour), so the
+    /// work is correct, only later. Failing the Prolog instead would make Slurm drain the node
+    /// and hold the job: any user could then take nodes out of service by asking for a share.
+    /// heshare's placement keeps users apart on a GPU wherever it can; when Slurm co-locates
+    /// them anyway the wait is made visible: a line in the job's output (TaskProlog), one in
+    /// the node's helper.log, `mps_wait_s` on the record, and no energy charged for work it
+    /// could not do.
+    fn join_mps(&mut self, run: &mut Run, job: &JobEnv, joined: &[u32]) -> Result<(), HelperError> {
+        let managed = self.manages_mps(run);
+        let mut waits_any = false;
+        for &g in joined {
+            let gs = run.st.gpus.get_mut(&g).expect("joined");
+            let holder = gs
+                .jobs
+                .iter()
+                .find(|j| {
+                    j.job_id != job.job_id && j.share_pct.is_some() && j.waits_for_uid.is_none()
+                })
+                .map(|j| j.uid);
+            let waits = holder.filter(|&u| u != job.uid);
+            if let Some(me) = gs.jobs.iter_mut().find(|j| j.job_id == job.job_id) {
+                me.waits_for_uid = waits;
+            }
+            if let Some(u) = waits {
+                waits_any = true;
+                let theirs: Vec<&str> = gs
+                    .jobs
+                    .iter()
+                    .filter(|j| j.uid == u && j.waits_for_uid.is_none())
+                    .map(|j| j.job_id.as_str())
+                    .collect();
+                self.warnings.push(format!(
+                    "GPU {g}: job {} (uid {}) landed on the MPS server of uid {u} (jobs {}): its GPU work waits until they end (MPS serves one user per GPU)",
+                    job.job_id,
+                    job.uid,
+                    theirs.join(",")
+                ));
+            }
+            if managed {
+                let started = match waits {
+                    None => self.mps.start(g, job.uid),
+                    Some(_) => self.mps.start_daemon(g),
+                };
+                if let Err(e) = started {
+                    // Leave the node as it was: Slurm requeues the job and drains the node.
+                    for &h in joined {
+                        let gs = run.st.gpus.get_mut(&h).expect("joined");
+                        gs.jobs.retain(|j| j.job_id != job.job_id);
+                        self.apply_clock(run, h)?;
+                    }
+                    self.save(run)?;
+                    return Err(e.into());
+                }
+                run.st.gpus.get_mut(&g).expect("joined").mps_daemon = true;
+            }
+        }
+        self.publish(
+            &job.job_id,
+            &Published {
+                gpus: joined.to_vec(),
+                waits: waits_any,
+            },
+        );
+        self.save(run)
+    }
+
+    /// Writes the job's published GPUs (0644 in a 0755 directory: the TaskProlog runs as the
+    /// job's user). Without it the TaskProlog falls back to Slurm's GPU variables, so a failure
+    /// is a note, not a failed Prolog.
+    fn publish(&mut self, job_id: &str, p: &Published) {
+        let dir = self.mps.jobs_dir();
+        let written = super::secure::ensure_own_dir(&dir, 0o755)
+            .map_err(std::io::Error::other)
+            .and_then(|()| {
+                super::state::write_atomic(&dir.join(job_id), p.text().as_bytes(), 0o644)
+            });
+        if let Err(e) = written {
+            self.warnings.push(format!(
+                "job {job_id}: {}: cannot publish its GPUs for TaskProlog: {e}",
+                dir.display()
+            ));
+        }
+    }
+
+    /// When the last running job of a GPU's MPS user has left, the longest-waiting user's jobs
+    /// run: their server is started, and any other waiting user now waits for them.
+    fn promote_waiting(&mut self, run: &mut Run, g: u32) -> Result<(), MpsError> {
+        let now = run.now;
+        let gs = run.st.gpus.get_mut(&g).expect("present");
+        let holds = gs
+            .jobs
+            .iter()
+            .any(|j| j.share_pct.is_some() && j.waits_for_uid.is_none());
+        if holds {
+            return Ok(());
+        }
+        let Some(next) = gs
+            .jobs
+            .iter()
+            .find(|j| j.waits_for_uid.is_some())
+            .map(|j| j.uid)
+        else {
+            return Ok(());
+        };
+        let mut promoted = Vec::new();
+        for j in &mut gs.jobs {
+            if j.waits_for_uid.is_none() {
+                continue;
+            }
+            if j.uid == next {
+                j.waits_for_uid = None;
+                j.mps_wait_s += (now - j.start).max(0.0);
+                promoted.push((j.job_id.clone(), j.gpus.clone()));
+            } else {
+                j.waits_for_uid = Some(next);
+            }
+        }
+        let daemon = gs.mps_daemon;
+        let ids: Vec<&str> = promoted.iter().map(|(id, _)| id.as_str()).collect();
+        self.warnings.push(format!(
+            "GPU {g}: the previous MPS user's jobs have ended; uid {next}'s waiting jobs {} now run",
+            ids.join(",")
+        ));
+        for (id, gpus) in &promoted {
+            let waits = gpus.iter().any(|x| {
+                run.st.gpus.get(x).is_some_and(|o| {
+                    o.jobs
+                        .iter()
+                        .any(|j| &j.job_id == id && j.waits_for_uid.is_some())
+                })
+            });
+            self.publish(
+                id,
+                &Published {
+                    gpus: gpus.clone(),
+                    waits,
+                },
+            );
+        }
+        if daemon {
+            self.mps.start(g, next)?;
+        }
+        Ok(())
+    }
+
     fn manages_mps(&mut self, run: &Run) -> bool {
-        if program_exists(&self.cfg.node.mps_control) || run.gpu.kind() == BackendKind::Nvml {
+        if self.cfg.node.mps_control.exists() || run.gpu.kind() == BackendKind::Nvml {
             return true;
         }
         self.warnings.push(format!(
@@ -786,6 +1024,9 @@ impl<'a> NodeHelper<'a> {
         self.step("epilog:recorded");
         let mut mps_err = None;
         for &g in &left {
+            if let Err(e) = self.promote_waiting(&mut run, g) {
+                mps_err = Some(e);
+            }
             self.apply_clock(&mut run, g)?;
             let gs = &run.st.gpus[&g];
             let sharing = gs.jobs.iter().any(|j| j.share_pct.is_some());
@@ -797,6 +1038,9 @@ impl<'a> NodeHelper<'a> {
             }
         }
         self.save(&mut run)?;
+        if job.mps_pct.is_some() {
+            let _ = std::fs::remove_file(self.mps.jobs_dir().join(&job.job_id));
+        }
         self.step("epilog:clocked");
         self.flush(&mut run)?;
         self.step("epilog:logged");
@@ -841,6 +1085,18 @@ impl<'a> NodeHelper<'a> {
             backend: run.gpu.kind(),
             counter_reset: parts.iter().any(|p| p.counter_reset),
             complete: parts.len() == job.gpus.len(),
+            basis: basis_of(parts),
+            mps_wait_s: parts
+                .iter()
+                .map(|p| {
+                    p.mps_wait_s
+                        + if p.waits_for_uid.is_some() {
+                            (run.now - p.start).max(0.0)
+                        } else {
+                            0.0
+                        }
+                })
+                .fold(0.0, f64::max),
         }
     }
 
@@ -881,6 +1137,35 @@ impl<'a> NodeHelper<'a> {
             ended.push(id.clone());
         }
         Ok(ended)
+    }
+
+    /// Closes the current interval of every GPU that has jobs, without changing anything else:
+    /// run every few seconds (`heshare node sample`, e.g. from the shipped systemd timer) so
+    /// that the driver's per-process work is read while the jobs' processes still run, which is
+    /// when they can be tied to their jobs. Without it, a process that starts after its job's
+    /// Prolog and ends before its Epilog is never seen running, and its work is split by the
+    /// model. Returns the GPUs it read.
+    pub fn sample(&mut self) -> Result<Vec<u32>, HelperError> {
+        let mut run = self.begin()?;
+        self.repair(&mut run)?;
+        let busy: Vec<u32> = run
+            .st
+            .gpus
+            .iter()
+            .filter(|(_, g)| !g.jobs.is_empty())
+            .map(|(&i, _)| i)
+            .collect();
+        for &g in &busy {
+            let name = run.st.gpus[&g].gpu_type.clone();
+            if let Some(t) = self.cfg.resolve_gpu_type(&name) {
+                run.gpu.attach(g, &self.cfg.gpu_types[t])?;
+            }
+            self.close_interval(&mut run, g)?;
+        }
+        if !busy.is_empty() {
+            self.save(&mut run)?;
+        }
+        Ok(busy)
     }
 
     pub fn status(&mut self) -> Result<NodeStatus, HelperError> {
@@ -946,21 +1231,134 @@ fn fallback_classes(jobs: &[JobOnGpu]) -> Vec<JobClass> {
         .collect()
 }
 
-fn tenants<'c>(cfg: &'c Config, jobs: &[JobOnGpu], fallback: &'c [JobClass]) -> Vec<Tenant<'c>> {
-    jobs.iter()
-        .zip(fallback)
-        .map(|(j, f)| Tenant {
-            class: j.class.as_deref().and_then(|c| cfg.class(c)).unwrap_or(f),
-            share: share_of(j),
-            user: j.uid,
-        })
+fn tenant<'c>(cfg: &'c Config, j: &JobOnGpu, fallback: &'c JobClass) -> Tenant<'c> {
+    Tenant {
+        class: j
+            .class
+            .as_deref()
+            .and_then(|c| cfg.class(c))
+            .unwrap_or(fallback),
+        share: share_of(j),
+        user: j.uid,
+    }
+}
+
+/// The jobs whose GPU work can run: all but those waiting for another user's MPS server.
+fn running(jobs: &[JobOnGpu]) -> Vec<usize> {
+    (0..jobs.len())
+        .filter(|&i| jobs[i].waits_for_uid.is_none())
         .collect()
+}
+
+/// The model's weights for one interval (see `attribution::model_weights`). A job waiting for
+/// another user's MPS server runs nothing: it is charged only the idle power of the share it
+/// holds, and the clock and contention are those of the jobs that run.
+fn interval_model_weights(
+    cfg: &Config,
+    gpu: &GpuType,
+    jobs: &[JobOnGpu],
+    clock: Mhz,
+    params: ModelParams,
+) -> (Vec<f64>, f64) {
+    let active = running(jobs);
+    let fallback = fallback_classes(jobs);
+    let tenants: Vec<Tenant<'_>> = active
+        .iter()
+        .map(|&i| tenant(cfg, &jobs[i], &fallback[i]))
+        .collect();
+    let reference = &cfg.gpu_types[cfg.reference_gpu];
+    let (w_active, mut idle_w) = if tenants.is_empty() {
+        (Vec::new(), gpu.idle_power.0)
+    } else {
+        model_weights(gpu, reference, &tenants, clock, params)
+    };
+    let mut w = vec![0.0; jobs.len()];
+    for (k, &i) in active.iter().enumerate() {
+        w[i] = w_active[k];
+    }
+    for (i, j) in jobs.iter().enumerate() {
+        if j.waits_for_uid.is_some() {
+            let part = gpu.idle_power.0 * share_of(j).fraction();
+            w[i] = part.min(idle_w);
+            idle_w = (idle_w - part).max(0.0);
+        }
+    }
+    (w, idle_w)
+}
+
+/// Turns the driver's cumulative per-process work into this interval's work per job, and
+/// remembers each process (and whose it is) for the next interval. A process is tied to a job
+/// by its Slurm cgroup while it runs, else by its owner when exactly one job on the GPU is that
+/// user's; once tied, it stays tied after it exits. A process never tied (it started and ended
+/// between two readings, or it is the MPS server) counts as unmapped.
+fn map_work(
+    procs: &mut BTreeMap<String, ProcSeen>,
+    jobs: &[JobOnGpu],
+    work: &[ProcessWork],
+) -> MeasuredWork {
+    let mut busy = vec![0.0; jobs.len()];
+    let mut unmapped = 0.0;
+    let mut seen = BTreeMap::new();
+    for p in work {
+        let key = format!("{}@{}", p.pid, p.start_us);
+        let prev = procs.get(&key);
+        let delta = match prev {
+            Some(s) if p.busy_pct_s >= s.busy_pct_s => p.busy_pct_s - s.busy_pct_s,
+            _ => p.busy_pct_s,
+        };
+        let job_id = prev
+            .and_then(|s| s.job_id.clone())
+            .or_else(|| owner_job(p, jobs));
+        match job_id
+            .as_deref()
+            .and_then(|id| jobs.iter().position(|j| j.job_id == id))
+        {
+            Some(i) => busy[i] += delta,
+            None => unmapped += delta,
+        }
+        seen.insert(
+            key,
+            ProcSeen {
+                job_id,
+                busy_pct_s: p.busy_pct_s,
+            },
+        );
+    }
+    *procs = seen;
+    MeasuredWork { busy, unmapped }
+}
+
+fn owner_job(p: &ProcessWork, jobs: &[JobOnGpu]) -> Option<String> {
+    if let Some(j) = &p.job {
+        return Some(j.clone());
+    }
+    let uid = p.uid?;
+    let mut mine = jobs.iter().filter(|j| j.uid == uid);
+    let one = mine.next()?;
+    mine.next().is_none().then(|| one.job_id.clone())
+}
+
+/// The record's basis from what its parts got.
+fn basis_of(parts: &[JobOnGpu]) -> Basis {
+    if !parts.is_empty() && parts.iter().all(|p| p.share_pct.is_none()) {
+        return Basis::Whole;
+    }
+    let energy: f64 = parts.iter().map(|p| p.energy_j).sum();
+    let measured: f64 = parts.iter().map(|p| p.measured_j).sum();
+    if energy <= 0.0 || measured <= 1e-3 * energy {
+        Basis::Model
+    } else if measured >= 0.999 * energy {
+        Basis::Measured
+    } else {
+        Basis::Mixed
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::collections::HashMap;
+    use std::path::Path;
 
     fn vars(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
         let m: HashMap<String, String> = pairs

@@ -1,8 +1,15 @@
 //! NVIDIA MPS control daemons, one per GPU: started by the Prolog of the first sharing job,
 //! told to start the job user's server, stopped by the Epilog of the last. Commands run without
 //! a shell, with a deadline (Slurm has no Prolog timeout by default, and a hung Prolog holds the
-//! node), and with arguments built only from validated numbers and configured paths.
+//! node), with arguments built only from validated numbers and configured paths, and with an
+//! environment made here from nothing: the control daemon (and every server it forks, as the
+//! job's user) inherits it, so nothing of the Prolog's own environment may reach it.
+//!
+//! MPS serves one user per GPU at a time: a client of another user waits until the running
+//! server's clients are gone (NVIDIA's documented behaviour). The helper therefore starts a
+//! server only for the uid that holds the GPU; see `helper` for who waits and how they are told.
 
+use super::secure::{self, SecureError};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -35,6 +42,14 @@ pub enum MpsError {
         #[source]
         source: std::io::Error,
     },
+    #[error("{origin}: node.mps_control: {source}")]
+    Program {
+        origin: String,
+        #[source]
+        source: SecureError,
+    },
+    #[error("MPS directory: {0}")]
+    Tree(#[source] SecureError),
     #[error("the MPS control daemon of GPU {gpu} did not {what} within {secs:.1} s")]
     NotSettled {
         gpu: u32,
@@ -50,7 +65,8 @@ pub struct Output {
     pub stderr: String,
 }
 
-/// Runs `program args` with `env` added, `stdin` written to it, killed at `timeout`.
+/// Runs `program args` with `env` and a fixed `PATH` as its whole environment, `stdin` written to
+/// it, killed at `timeout`.
 /// `detach` is for programs that fork a daemon: their output is not waited for, since the
 /// daemon keeps the pipes open.
 pub fn run(
@@ -79,6 +95,7 @@ pub fn run(
         } else {
             Stdio::piped()
         });
+    cmd.env_clear().env("PATH", secure::COMMAND_PATH);
     for (k, v) in env {
         cmd.env(k, v);
     }
@@ -136,6 +153,8 @@ pub fn run(
 #[derive(Debug, Clone)]
 pub struct Mps {
     pub program: PathBuf,
+    /// Where the program was configured, for errors about it.
+    pub origin: String,
     pub pipe_base: PathBuf,
     pub log_base: PathBuf,
     pub timeout: Duration,
@@ -144,6 +163,7 @@ pub struct Mps {
 impl Mps {
     pub fn new(
         program: &Path,
+        origin: &str,
         pipe_dir: &Path,
         log_dir: &Path,
         node: &str,
@@ -151,6 +171,7 @@ impl Mps {
     ) -> Self {
         Mps {
             program: program.to_owned(),
+            origin: origin.to_owned(),
             pipe_base: pipe_dir.join(node),
             log_base: log_dir.join(node),
             timeout,
@@ -165,11 +186,28 @@ impl Mps {
         self.log_base.join(format!("gpu{gpu}"))
     }
 
+    /// Where the Prolog publishes an MPS job's GPUs for its TaskProlog, which runs as the job's
+    /// user and cannot read the root-only state: beside the pipes its clients open anyway.
+    pub fn jobs_dir(&self) -> PathBuf {
+        self.pipe_base.join("jobs")
+    }
+
+    /// Refuses a control program that anyone but root could have changed, checked before every
+    /// run since a package upgrade or an admin may replace it between jobs.
+    fn checked_program(&self) -> Result<&Path, MpsError> {
+        secure::check_program(&self.program).map_err(|source| MpsError::Program {
+            origin: self.origin.clone(),
+            source,
+        })?;
+        Ok(&self.program)
+    }
+
     fn control(&self, gpu: u32, command: &str) -> Result<Output, MpsError> {
+        let program = self.checked_program()?;
         let pipe = self.pipe_dir(gpu);
         let log = self.log_dir(gpu);
         run(
-            &self.program,
+            program,
             &[],
             &[
                 ("CUDA_MPS_PIPE_DIRECTORY", &pipe),
@@ -188,15 +226,24 @@ impl Mps {
 
     /// Starts the GPU's control daemon if none answers, then a server for `uid`.
     pub fn start(&self, gpu: u32, uid: u32) -> Result<(), MpsError> {
+        self.start_daemon(gpu)?;
+        self.control(gpu, &format!("start_server -uid {uid}"))?;
+        Ok(())
+    }
+
+    /// Starts the GPU's control daemon if none answers. Its pipe directory must be readable by
+    /// the jobs' users (clients connect there); its log directory is root's alone.
+    pub fn start_daemon(&self, gpu: u32) -> Result<(), MpsError> {
+        let program = self.checked_program()?;
         if !self.running(gpu) {
             for (dir, mode) in [(self.pipe_dir(gpu), 0o755), (self.log_dir(gpu), 0o700)] {
-                make_dir(&dir, mode)?;
+                secure::ensure_own_dir(&dir, mode).map_err(MpsError::Tree)?;
             }
             let visible = PathBuf::from(gpu.to_string());
             let pipe = self.pipe_dir(gpu);
             let log = self.log_dir(gpu);
             run(
-                &self.program,
+                program,
                 &["-d"],
                 &[
                     // Slurm's and NVML's GPU indices follow PCI bus order; CUDA's default
@@ -212,7 +259,6 @@ impl Mps {
             )?;
             self.wait_until(gpu, true, "start")?;
         }
-        self.control(gpu, &format!("start_server -uid {uid}"))?;
         Ok(())
     }
 
@@ -244,17 +290,6 @@ impl Mps {
     }
 }
 
-/// Creates `dir` (and parents) owned by the caller with `mode` on the last component.
-fn make_dir(dir: &Path, mode: u32) -> Result<(), MpsError> {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::create_dir_all(dir)
-        .and_then(|()| std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode)))
-        .map_err(|source| MpsError::Dir {
-            path: dir.to_owned(),
-            source,
-        })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -263,7 +298,7 @@ mod tests {
     fn a_hung_command_is_killed_at_its_deadline() {
         let t = Instant::now();
         let err = run(
-            Path::new("sleep"),
+            Path::new("/bin/sleep"),
             &["5"],
             &[],
             None,
@@ -278,7 +313,7 @@ mod tests {
     #[test]
     fn a_failing_command_reports_status_and_output() {
         let err = run(
-            Path::new("sh"),
+            Path::new("/bin/sh"),
             &["-c", "echo nope >&2; exit 3"],
             &[],
             None,
@@ -291,6 +326,60 @@ mod tests {
             msg.contains("exit status: 3") && msg.contains("nope"),
             "{msg}"
         );
+    }
+
+    #[test]
+    fn commands_get_a_scrubbed_environment() {
+        // SAFETY: tests of this module do not read the environment concurrently.
+        unsafe { std::env::set_var("HESHARE_TEST_INHERITED", "leaked") };
+        let out = run(
+            Path::new("/usr/bin/env"),
+            &[],
+            &[("CUDA_MPS_PIPE_DIRECTORY", Path::new("/run/x"))],
+            None,
+            Duration::from_secs(5),
+            false,
+        )
+        .expect("env runs");
+        let mut vars: Vec<&str> = out.stdout.lines().collect();
+        vars.sort_unstable();
+        assert_eq!(
+            vars,
+            [
+                "CUDA_MPS_PIPE_DIRECTORY=/run/x",
+                "PATH=/usr/sbin:/usr/bin:/sbin:/bin"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_control_program_others_could_change_is_refused_before_it_runs() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let prog = dir.path().join("mps-control");
+        let ran = dir.path().join("ran");
+        std::fs::write(&prog, format!("#!/bin/sh\ntouch {}\n", ran.display())).expect("write");
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&prog, std::fs::Permissions::from_mode(0o757)).expect("chmod");
+        let mps = Mps::new(
+            &prog,
+            "/etc/heshare.toml:12",
+            &dir.path().join("pipe"),
+            &dir.path().join("log"),
+            "n1",
+            Duration::from_secs(5),
+        );
+        let e = mps.start(0, 1000).expect_err("world-writable program");
+        assert!(
+            e.to_string()
+                .starts_with("/etc/heshare.toml:12: node.mps_control: "),
+            "{e}"
+        );
+        assert!(!ran.exists(), "the program ran");
+        let bare = Mps {
+            program: PathBuf::from("nvidia-cuda-mps-control"),
+            ..mps
+        };
+        assert!(bare.start(0, 1000).is_err(), "a PATH lookup as root");
     }
 
     #[test]

@@ -6,6 +6,7 @@ use super::state::ClockChange;
 use serde::{Deserialize, Serialize};
 use std::fs::OpenOptions;
 use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -14,6 +15,33 @@ pub enum RecordKind {
     Job,
     /// A GPU's energy while no job held it.
     Idle,
+}
+
+/// How a job's energy was split from its GPU's counter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Basis {
+    /// By the GPU busy time the driver measured for the job's processes.
+    Measured,
+    /// By the power model and the job's declared class (no per-process measurement).
+    #[default]
+    Model,
+    /// Some of each (measurement came or went during the job, or part of the work could not
+    /// be tied to a job).
+    Mixed,
+    /// The job had its GPUs to itself: the counter is its own, nothing was split.
+    Whole,
+}
+
+impl Basis {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Basis::Measured => "measured",
+            Basis::Model => "model",
+            Basis::Mixed => "mixed",
+            Basis::Whole => "whole",
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -53,6 +81,12 @@ pub struct Record {
     /// state was lost): the energy is then only what could be seen.
     #[serde(default = "yes")]
     pub complete: bool,
+    /// How `energy_j` was split from the GPU's counter (records before this field: model).
+    #[serde(default)]
+    pub basis: Basis,
+    /// Seconds the job's GPU work waited for another user's MPS server to finish.
+    #[serde(default)]
+    pub mps_wait_s: f64,
 }
 
 fn yes() -> bool {
@@ -69,18 +103,22 @@ impl Record {
 const TAIL_BYTES: u64 = 1 << 20;
 
 /// Appends `records` to `log` as JSON lines in one write, skipping any whose id is already in
-/// the log's tail (a retry after a kill between append and state update), then fsyncs.
+/// the log's tail (a retry after a kill between append and state update), then fsyncs. The log
+/// names users and accounts: it is created 0600 (its directory 0700 when the helper makes it),
+/// every level of its directory is checked, and a symlink in its place is refused.
 pub fn append(log: &Path, records: &[Record]) -> std::io::Result<usize> {
     if records.is_empty() {
         return Ok(0);
     }
     if let Some(dir) = log.parent() {
-        std::fs::create_dir_all(dir)?;
+        super::secure::ensure_dir(dir, 0o700).map_err(std::io::Error::other)?;
     }
     let mut f = OpenOptions::new()
         .create(true)
         .append(true)
         .read(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
         .open(log)?;
     let len = f.metadata()?.len();
     let mut tail = String::new();
@@ -142,6 +180,8 @@ mod tests {
             backend: BackendKind::Model,
             counter_reset: false,
             complete: true,
+            basis: Basis::Measured,
+            mps_wait_s: 0.0,
         }
     }
 

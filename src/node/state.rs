@@ -5,13 +5,18 @@
 //! any point leaves either the old or the new state, never half of one, and the lock dies with
 //! its process. Records that must reach the accounting log wait in the state's `outbox` until
 //! the log has them, so a kill between the two writes loses nothing.
+//!
+//! The state names users, uids and accounts: the directory is root's alone (0700, every level
+//! checked, see `secure`), and every file in it is 0600 and opened without following symlinks.
 
 use super::record::Record;
+use super::secure::{self, SecureError};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 /// One clock setting of a GPU from time `t` on (`None`: the default, unlocked clock).
@@ -37,6 +42,24 @@ pub struct JobOnGpu {
     pub energy_j: f64,
     pub clocks: Vec<ClockChange>,
     pub counter_reset: bool,
+    /// Of `energy_j`, what was split by the driver's per-process measurement.
+    #[serde(default)]
+    pub measured_j: f64,
+    /// Another user's MPS server holds the GPU: this job's GPU work waits for it (MPS serves
+    /// one user per GPU at a time).
+    #[serde(default)]
+    pub waits_for_uid: Option<u32>,
+    /// How long it waited before its user's server could start.
+    #[serde(default)]
+    pub mps_wait_s: f64,
+}
+
+/// A process the driver accounted work to, as last seen: whose job it is (decided while it ran,
+/// from its cgroup) and its busy time then, so the next interval gets only what came after.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProcSeen {
+    pub job_id: Option<String>,
+    pub busy_pct_s: f64,
 }
 
 /// The last counter reading of a GPU.
@@ -63,6 +86,9 @@ pub struct GpuState {
     pub idle_since: Option<f64>,
     pub idle_j: f64,
     pub jobs: Vec<JobOnGpu>,
+    /// Processes seen on the GPU, by `PID@START_US`.
+    #[serde(default)]
+    pub procs: BTreeMap<String, ProcSeen>,
 }
 
 impl GpuState {
@@ -79,6 +105,7 @@ impl GpuState {
             idle_since: None,
             idle_j: 0.0,
             jobs: Vec::new(),
+            procs: BTreeMap::new(),
         }
     }
 }
@@ -92,6 +119,8 @@ pub struct NodeState {
 
 #[derive(Debug, thiserror::Error)]
 pub enum StateError {
+    #[error("state directory: {0}")]
+    Tree(#[from] SecureError),
     #[error("{}: {source}", path.display())]
     Io {
         path: PathBuf,
@@ -138,12 +167,14 @@ impl StateDir {
 
     /// Waits for and takes the node's exclusive lock.
     pub fn lock(&self) -> Result<Locked, StateError> {
-        std::fs::create_dir_all(&self.dir).map_err(io(&self.dir))?;
+        secure::ensure_own_dir(&self.dir, 0o700)?;
         let path = self.dir.join("lock");
         let file = OpenOptions::new()
             .create(true)
             .truncate(false)
             .write(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
             .open(&path)
             .map_err(io(&path))?;
         loop {
@@ -188,39 +219,57 @@ impl StateDir {
         }
     }
 
-    /// Reads the state without the lock (for TaskProlog, which runs as the job's user): the
-    /// file is only ever replaced whole, so it is always a complete state, if not the newest.
-    pub fn peek(&self) -> Result<NodeState, StateError> {
-        let path = self.state_file();
-        match std::fs::read(&path) {
-            Ok(bytes) => serde_json::from_slice(&bytes)
-                .map_err(|e| io(&path)(std::io::Error::new(std::io::ErrorKind::InvalidData, e))),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(NodeState::default()),
-            Err(e) => Err(io(&path)(e)),
-        }
-    }
-
     pub fn save(&self, _lock: &Locked, state: &NodeState) -> Result<(), StateError> {
         let path = self.state_file();
         let bytes =
             serde_json::to_vec_pretty(state).map_err(|e| io(&path)(std::io::Error::other(e)))?;
-        write_atomic(&path, &bytes).map_err(io(&path))
+        write_atomic(&path, &bytes, 0o600).map_err(io(&path))
     }
 }
 
-/// Replaces `path` with `bytes` so that readers and crashes see the old or the new file whole.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+/// Replaces `path` with `bytes` (file mode `mode`) so that readers and crashes see the old or the
+/// new file whole. The temporary file is created exclusively beside its target under a name no
+/// one can guess, so no one can plant a file or a symlink where it will be written.
+pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
-    {
-        let mut f = File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
+    let (mut f, tmp) = secure::create_temp(dir, &name, mode)?;
+    let written = f
+        .write_all(bytes)
+        .and_then(|()| f.sync_all())
+        .and_then(|()| std::fs::rename(&tmp, path));
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
     }
-    std::fs::rename(&tmp, path)?;
     File::open(dir)?.sync_all()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_replacement_never_writes_through_a_planted_temporary_name() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, "keep").expect("write");
+        // The name a predictable scheme would use next (`.NAME.tmp-PID`), planted as a symlink.
+        let planted = dir
+            .path()
+            .join(format!(".state.json.tmp-{}", std::process::id()));
+        std::os::unix::fs::symlink(&victim, &planted).expect("symlink");
+        let target = dir.path().join("state.json");
+        write_atomic(&target, b"{}", 0o600).expect("write");
+        assert_eq!(std::fs::read_to_string(&victim).expect("read"), "keep");
+        assert_eq!(std::fs::read_to_string(&target).expect("read"), "{}");
+        use std::os::unix::fs::MetadataExt;
+        assert_eq!(
+            std::fs::metadata(&target).expect("exists").mode() & 0o777,
+            0o600
+        );
+    }
 }

@@ -74,6 +74,10 @@ pub struct Summary {
     pub backends: Vec<String>,
     pub incomplete_jobs: u64,
     pub counter_resets: u64,
+    /// Job records on shared GPUs whose energy the model split (wholly or in part), and the
+    /// jobs that waited for another user's MPS server.
+    pub modelled_splits: u64,
+    pub mps_waits: u64,
 }
 
 #[derive(Default)]
@@ -96,7 +100,7 @@ pub fn summarize(records: &[Record], by: GroupBy) -> Summary {
     let mut groups: BTreeMap<String, Acc> = BTreeMap::new();
     let mut idle_j = 0.0;
     let mut backends = Vec::new();
-    let (mut incomplete, mut resets) = (0, 0);
+    let (mut incomplete, mut resets, mut modelled, mut waits) = (0, 0, 0, 0);
     for r in records {
         let b = r.backend.as_str().to_owned();
         if !backends.contains(&b) {
@@ -112,6 +116,13 @@ pub fn summarize(records: &[Record], by: GroupBy) -> Summary {
                 a.wall_s += r.duration_s();
                 incomplete += u64::from(!r.complete);
                 resets += u64::from(r.counter_reset);
+                modelled += u64::from(
+                    matches!(
+                        r.basis,
+                        crate::node::record::Basis::Model | crate::node::record::Basis::Mixed
+                    ) && r.share_pct.is_some(),
+                );
+                waits += u64::from(r.mps_wait_s > 0.0);
             }
         }
     }
@@ -149,6 +160,8 @@ pub fn summarize(records: &[Record], by: GroupBy) -> Summary {
         total_j: jobs_j + idle_j,
         backends,
         incomplete_jobs: incomplete,
+        modelled_splits: modelled,
+        mps_waits: waits,
         counter_resets: resets,
     }
 }
@@ -221,6 +234,18 @@ pub fn table(s: &Summary) -> String {
         notes.push(format!(
             "{} job(s) without a Prolog record: their energy is partial",
             s.incomplete_jobs
+        ));
+    }
+    if s.modelled_splits > 0 {
+        notes.push(format!(
+            "{} job(s) on shared GPUs were split by the power model and their declared class, not (only) by measured per-process work (records say \"basis\")",
+            s.modelled_splits
+        ));
+    }
+    if s.mps_waits > 0 {
+        notes.push(format!(
+            "{} job(s) waited for another user's MPS server (records say \"mps_wait_s\")",
+            s.mps_waits
         ));
     }
     if s.counter_resets > 0 {
@@ -372,6 +397,8 @@ mod tests {
             backend: BackendKind::Model,
             counter_reset: false,
             complete: true,
+            basis: crate::node::record::Basis::Model,
+            mps_wait_s: 0.0,
         }
     }
 

@@ -56,9 +56,10 @@ impl Cluster {
             "plugin" => 10,
             "live-rpcq" => 15,
             "node" => 25,
+            "node-users" => 30,
             _ => 20,
         };
-        let port = (20_000 + (pid % 1_000) * 30 + offset).to_string();
+        let port = (20_000 + (pid % 1_000) * 40 + offset).to_string();
         let c = Cluster {
             dir,
             script,
