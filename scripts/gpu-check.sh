@@ -5,7 +5,10 @@
 #   2. an MPS control daemon for GPU 0: started, asked for its servers, stopped;
 #   3. a small CUDA program (PyTorch if present, else nvcc, else none) under a 30% MPS share;
 #   4. `heshare prolog` / `task-prolog` / `epilog` with the NVML backend around that program,
-#      then the accounting record, the report, and the SM clock after the Epilog.
+#      then the accounting record, the report, and the SM clock after the Epilog;
+#   5. the measured split: two jobs on GPU 0 under MPS, one busy, one mostly idle and claiming
+#      the heavier class, each process in a `job_N` cgroup as slurmstepd would put it; their
+#      records (basis, energy) beside NVML's own per-process accounting.
 #
 #   scripts/gpu-check.sh [HESHARE_BINARY]     (run as root; setting clocks needs it)
 #
@@ -22,7 +25,7 @@ fi
 failed=0
 step() { echo; echo "== $*"; }
 bad() { echo "!! $*"; failed=1; }
-work=$(mktemp -d /tmp/heshare-gpu-check.XXXXXX)
+work=$(mktemp -d /tmp/heshare-gpu-check.XXXXXX); export work
 trap 'echo quit | CUDA_MPS_PIPE_DIRECTORY=$work/mps-pipe nvidia-cuda-mps-control >/dev/null 2>&1; rm -rf "$work"' EXIT
 
 step "nvidia-smi"
@@ -50,17 +53,20 @@ else
   bad "nvidia-cuda-mps-control not installed"
 fi
 
-# A small CUDA workload, ~6 s of matrix multiplies.
+# A small CUDA workload, ~6 s of matrix multiplies; WORK_DUTY (0..1, default 1) is the
+# fraction of the time it keeps the GPU busy.
 workload() {
   if python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
     python3 - <<'PY'
-import time, torch
+import os, time, torch
+duty = float(os.environ.get("WORK_DUTY", "1"))
 a = torch.randn(4096, 4096, device="cuda"); b = torch.randn(4096, 4096, device="cuda")
-torch.cuda.synchronize(); t = time.time(); n = 0
+torch.cuda.synchronize(); t = time.time(); n = 0; busy = 0.0
 while time.time() - t < 6:
-    c = a @ b; n += 1
-torch.cuda.synchronize(); dt = time.time() - t
-print(f"pytorch {torch.__version__}: {n} matmuls of 4096^2 in {dt:.1f} s = {2*4096**3*n/dt/1e12:.1f} TFLOP/s")
+    s = time.time(); c = a @ b; torch.cuda.synchronize(); busy += time.time() - s; n += 1
+    if duty < 1: time.sleep((time.time() - s) * (1 - duty) / duty)
+dt = time.time() - t
+print(f"pytorch {torch.__version__} (pid {os.getpid()}, duty {duty}): {n} matmuls of 4096^2 in {dt:.1f} s, busy {busy:.1f} s = {2*4096**3*n/dt/1e12:.1f} TFLOP/s")
 PY
   elif command -v nvcc >/dev/null; then
     cat > "$work/spin.cu" <<'CU'
@@ -94,8 +100,9 @@ gpu_type=$("$bin" node gpus 2>/dev/null | sed -n 's/^GPU 0: .*(catalog: \([a-z0-
 # A GPU the catalog lacks (e.g. H200) is checked as its nearest catalog type.
 [ -n "$gpu_type" ] || gpu_type=h100
 { cat slurm-conf/heshare.toml
-  printf '\n[node]\nbackend = "nvml"\nstate_dir = "%s"\naccounting_log = "%s"\nmps_pipe_dir = "%s"\nmps_log_dir = "%s"\ngpu_type = "%s"\n' \
-    "$work/state" "$work/accounting.jsonl" "$work/run-mps" "$work/log-mps" "$gpu_type"; } > "$work/heshare.toml"
+  printf '\n[node]\nbackend = "nvml"\nstate_dir = "%s"\naccounting_log = "%s"\nmps_control = "%s"\nmps_pipe_dir = "%s"\nmps_log_dir = "%s"\ngpu_type = "%s"\n' \
+    "$work/state" "$work/accounting.jsonl" "$(command -v nvidia-cuda-mps-control || echo /usr/bin/nvidia-cuda-mps-control)" \
+    "$work/run-mps" "$work/log-mps" "$gpu_type"; } > "$work/heshare.toml"
 export HESHARE_CONFIG=$work/heshare.toml
 job_env=(SLURM_JOB_ID=900001 SLURM_JOB_USER=root SLURM_JOB_UID=0 SLURMD_NODENAME=gpucheck
          SLURM_JOB_GPUS=0 CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=30 SPANK_HESHARE_CLASS=vit-infer)
@@ -115,6 +122,47 @@ echo "SM clock after the Epilog: $(nvidia-smi --query-gpu=clocks.sm --format=csv
 echo "record:"; cat "$work/accounting.jsonl"
 "$bin" report "$work/accounting.jsonl" --by job,gpu-type || bad "report failed"
 [ -f "$work/state/gpucheck/helper.log" ] && { echo "helper.log:"; cat "$work/state/gpucheck/helper.log"; }
+
+step "measured split: a busy job and a mostly idle one on GPU 0 under MPS"
+# Each workload in a cgroup named as slurmstepd names a job's (the helper maps processes to jobs
+# through it); without a writable cgroup2 tree the split falls back to the model, and says so.
+cg=/sys/fs/cgroup/heshare-gpu-check
+in_job_cgroup() {  # JOBID COMMAND...
+  local id=$1; shift
+  if mkdir -p "$cg/job_$id" 2>/dev/null; then
+    sh -c 'echo $$ > "$1/cgroup.procs" 2>/dev/null || echo "(not moved into $1)"; shift; exec "$@"' sh "$cg/job_$id" "$@"
+  else
+    "$@"
+  fi
+}
+busy_env=(SLURM_JOB_ID=900002 SLURM_JOB_USER=root SLURM_JOB_UID=0 SLURMD_NODENAME=gpucheck
+          SLURM_JOB_GPUS=0 CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50 SPANK_HESHARE_CLASS=vit-infer)
+idle_env=(SLURM_JOB_ID=900003 SLURM_JOB_USER=root SLURM_JOB_UID=0 SLURMD_NODENAME=gpucheck
+          SLURM_JOB_GPUS=0 CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50 SPANK_HESHARE_CLASS=bert-train)
+env "${busy_env[@]}" "$bin" prolog || bad "prolog (busy) failed"
+env "${idle_env[@]}" "$bin" prolog || bad "prolog (idle) failed"
+ex_busy=$(env "${busy_env[@]}" "$bin" task-prolog)
+ex_idle=$(env "${idle_env[@]}" "$bin" task-prolog)
+( eval "$ex_busy"; export WORK_DUTY=1; in_job_cgroup 900002 bash -c "$(declare -f workload); workload" ) &
+( eval "$ex_idle"; export WORK_DUTY=0.2; in_job_cgroup 900003 bash -c "$(declare -f workload); workload" ) &
+wait
+env "${busy_env[@]}" "$bin" epilog || bad "epilog (busy) failed"
+env "${idle_env[@]}" "$bin" epilog || bad "epilog (idle) failed"
+echo "NVML's own per-process accounting:"
+nvidia-smi --query-accounted-apps=gpu_name,pid,gpu_util,mem_util,max_memory_usage,time --format=csv -i 0 || echo "(no accounted apps)"
+echo "records:"
+grep -E '"job_id":"90000[23]"' "$work/accounting.jsonl"
+python3 - "$work/accounting.jsonl" <<'PY' || bad "the measured split did not hold (see above)"
+import json, sys
+recs = {r["job_id"]: r for r in map(json.loads, open(sys.argv[1])) if r.get("job_id") in ("900002", "900003")}
+b, i = recs["900002"], recs["900003"]
+print(f"busy job (claims vit-infer): {b['energy_j']:.0f} J, basis {b['basis']}; "
+      f"mostly idle job (claims bert-train): {i['energy_j']:.0f} J, basis {i['basis']}")
+ok = b["basis"] in ("measured", "mixed") and b["energy_j"] > i["energy_j"]
+print("measured split holds" if ok else "measured split does NOT hold")
+sys.exit(0 if ok else 1)
+PY
+rmdir "$cg"/job_* "$cg" 2>/dev/null || true
 
 echo
 if [ "$failed" = 0 ]; then echo "gpu-check: every step worked"; else echo "gpu-check: some steps were refused or failed (marked !!)"; fi
