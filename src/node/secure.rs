@@ -287,6 +287,32 @@ mod tests {
     }
 
     #[test]
+    fn a_level_another_user_owns_is_refused() {
+        // Giving a directory away needs root, which the helper (and CI) runs as.
+        if trusted_uid() != 0 {
+            eprintln!("skipped: needs root to give a directory to another user");
+            return;
+        }
+        let dir = tempfile::tempdir().expect("tempdir");
+        let theirs = dir.path().join("theirs");
+        std::fs::create_dir(&theirs).expect("mkdir");
+        std::os::unix::fs::chown(&theirs, Some(65534), Some(65534)).expect("chown");
+        let e = ensure_dir(&theirs.join("node/gpu0"), 0o755).expect_err("foreign owner");
+        assert!(
+            e.to_string().contains("owned by uid 65534, not root"),
+            "{e}"
+        );
+        assert!(!theirs.join("node").exists(), "created below it");
+        let prog = theirs.join("prog");
+        std::fs::write(&prog, "#!/bin/sh\n").expect("write");
+        std::fs::set_permissions(&prog, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        std::os::unix::fs::chown(&theirs, Some(0), Some(0)).expect("chown");
+        std::os::unix::fs::chown(&prog, Some(65534), Some(65534)).expect("chown");
+        let e = check_program(&prog).expect_err("a program another user owns");
+        assert!(e.to_string().contains("owned by uid 65534"), "{e}");
+    }
+
+    #[test]
     fn only_the_helpers_own_directories_are_tightened() {
         let dir = tempfile::tempdir().expect("tempdir");
         let shared = dir.path().join("log");
