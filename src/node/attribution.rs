@@ -35,11 +35,15 @@ fn mj_to_j(mj: u64) -> f64 {
     v / 1000.0
 }
 
+/// A weight or amount that is negative or not finite counts as zero.
+fn clean(w: f64) -> f64 {
+    if w.is_finite() && w > 0.0 { w } else { 0.0 }
+}
+
 /// Splits `energy` in proportion to `weights` (one per job) and `idle_weight`. Negative or
 /// non-finite weights count as zero; with no positive weight at all the energy is idle. The last
 /// part takes the rounding remainder, so the parts always sum to `energy`.
 pub fn split(energy: Joules, weights: &[f64], idle_weight: f64) -> (Vec<Joules>, Joules) {
-    let clean = |w: f64| if w.is_finite() && w > 0.0 { w } else { 0.0 };
     let idle_w = clean(idle_weight);
     let total: f64 = weights.iter().map(|&w| clean(w)).sum::<f64>() + idle_w;
     if total <= 0.0 {
@@ -85,7 +89,6 @@ pub fn measured_split(
     work: &MeasuredWork,
     model_weights: &[f64],
 ) -> MeasuredSplit {
-    let clean = |w: f64| if w.is_finite() && w > 0.0 { w } else { 0.0 };
     let n = shares.len();
     let e = clean(energy.0);
     let held: Vec<f64> = shares.iter().map(|&s| clean(s).min(1.0)).collect();

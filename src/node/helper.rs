@@ -448,9 +448,7 @@ impl<'a> NodeHelper<'a> {
         for i in idle {
             let gs = run.st.gpus.get_mut(&i).expect("listed above");
             if gs.locked_mhz.is_some() || run.gpu.locked_clock(i).is_some() {
-                if let Some(t) = self.cfg.resolve_gpu_type(&gs.gpu_type) {
-                    run.gpu.attach(i, &self.cfg.gpu_types[t])?;
-                }
+                reattach(self.cfg, run.gpu.as_mut(), i, &gs.gpu_type)?;
                 run.gpu.reset_clock(i)?;
                 gs.locked_mhz = None;
                 changed = true;
@@ -1156,10 +1154,7 @@ impl<'a> NodeHelper<'a> {
             .map(|(&i, _)| i)
             .collect();
         for &g in &busy {
-            let name = run.st.gpus[&g].gpu_type.clone();
-            if let Some(t) = self.cfg.resolve_gpu_type(&name) {
-                run.gpu.attach(g, &self.cfg.gpu_types[t])?;
-            }
+            reattach(self.cfg, run.gpu.as_mut(), g, &run.st.gpus[&g].gpu_type)?;
             self.close_interval(&mut run, g)?;
         }
         if !busy.is_empty() {
@@ -1173,10 +1168,7 @@ impl<'a> NodeHelper<'a> {
         let mut gpus = Vec::new();
         let ids: Vec<u32> = run.st.gpus.keys().copied().collect();
         for i in ids {
-            let gs = &run.st.gpus[&i];
-            if let Some(t) = self.cfg.resolve_gpu_type(&gs.gpu_type) {
-                run.gpu.attach(i, &self.cfg.gpu_types[t])?;
-            }
+            reattach(self.cfg, run.gpu.as_mut(), i, &run.st.gpus[&i].gpu_type)?;
             let gs = &run.st.gpus[&i];
             gpus.push(GpuStatus {
                 gpu: i,
@@ -1197,6 +1189,20 @@ impl<'a> NodeHelper<'a> {
             gpus,
             pending_records: run.st.outbox.len(),
         })
+    }
+}
+
+/// Makes a GPU the state already knows known to the backend again, by its recorded type (the
+/// model backend needs the type; a type since removed from the catalog is left unattached).
+fn reattach(
+    cfg: &Config,
+    gpu: &mut dyn GpuControl,
+    index: u32,
+    gpu_type: &str,
+) -> Result<(), GpuError> {
+    match cfg.resolve_gpu_type(gpu_type) {
+        Some(t) => gpu.attach(index, &cfg.gpu_types[t]),
+        None => Ok(()),
     }
 }
 
