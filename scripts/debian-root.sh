@@ -85,7 +85,7 @@ bind "$rustup_home" /opt/heshare-rustup ro
 mkdir -p "$cargo_home/registry"
 bind "$cargo_home/bin" /opt/heshare-cargo/bin ro
 bind "$cargo_home/registry" /opt/heshare-cargo/registry
-clone=/work/heshare-$$
+clone=/srv/heshare-$$
 git clone -q "$repo" "$root$clone"
 echo "debian-root: $release ($(chroot "$root" slurmctld -V)), running: $*"
 # In the background and waited for, so that a signal reaches the trap at once (bash defers traps
