@@ -21,6 +21,7 @@
 # With HESHARE_NODE_HELPER=path/to/heshare the nodes run it as Prolog, Epilog and TaskProlog,
 # with the MODEL GPU backend (the fake GPUs have no driver) and its state, MPS directories and
 # accounting log ($DIR/log/accounting.jsonl) under DIR; its config is $DIR/etc/heshare-node.toml.
+# HESHARE_OTHER_USER_SHARE=wait|time-slice sets the helper's [node] other_user_share.
 # HESHARE_MPS_CONTROL=program makes that program (copied to $DIR/lib, root-owned, 0755) the
 # helper's MPS control program: tests/fixtures/stand-in-mps-control where there is no driver.
 set -euo pipefail
@@ -161,7 +162,9 @@ CONF
       mps_control="$dir/lib/mps-control"
     fi
     { cat "$base"; printf '\n[node]\nbackend = "model"\nstate_dir = "%s"\naccounting_log = "%s"\nmps_control = "%s"\nmps_pipe_dir = "%s"\nmps_log_dir = "%s"\nnode_gpu_types = { ha100 = "a100", hv100 = "v100m16", ht4 = "t4" }\n' \
-        "$dir/node-state" "$dir/log/accounting.jsonl" "$mps_control" "$dir/run/mps" "$dir/log/mps"; } > "$dir/etc/heshare-node.toml"
+        "$dir/node-state" "$dir/log/accounting.jsonl" "$mps_control" "$dir/run/mps" "$dir/log/mps"
+      if [ -n "${HESHARE_OTHER_USER_SHARE:-}" ]; then printf 'other_user_share = "%s"\n' "$HESHARE_OTHER_USER_SHARE"; fi
+    } > "$dir/etc/heshare-node.toml"
     run_helper="HESHARE_CONFIG=$dir/etc/heshare-node.toml exec $dir/lib/heshare"
     for hook in epilog task-prolog; do
       printf '#!/bin/sh\n%s %s\n' "$run_helper" "$hook" > "$dir/etc/$hook.sh"

@@ -204,6 +204,21 @@ pub enum BackendChoice {
     Model,
 }
 
+/// What the node helper does with an MPS share Slurm puts on a GPU whose MPS server runs for
+/// another user (MPS serves one user per GPU at a time; Slurm does not keep users apart).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OtherUserShare {
+    /// The job runs at once outside MPS: its CUDA client finds no MPS daemon and makes its own
+    /// context, which the GPU time-slices with the MPS server's (compute mode Default). Its
+    /// share is then not enforced by MPS. Where the GPU is in an exclusive compute mode the
+    /// helper makes the job wait instead.
+    TimeSlice,
+    /// The job's GPU work waits until the other user's jobs on the GPU have ended (what MPS's
+    /// control daemon does with such a client by itself).
+    Wait,
+}
+
 /// `[node]`: where the node helper (Prolog/Epilog/TaskProlog) keeps its state and logs.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -231,6 +246,9 @@ pub struct NodeSettings {
     pub gpu_type: Option<String>,
     /// The same, per Slurm node name, for one configuration shared by nodes of several types.
     pub node_gpu_types: BTreeMap<String, String>,
+    /// An MPS share that lands beside another user's MPS server: run it time-sliced outside
+    /// MPS at once, or let it wait for that user's jobs to end.
+    pub other_user_share: OtherUserShare,
 }
 
 impl Default for NodeSettings {
@@ -246,6 +264,7 @@ impl Default for NodeSettings {
             command_timeout_s: 20.0,
             gpu_type: None,
             node_gpu_types: BTreeMap::new(),
+            other_user_share: OtherUserShare::TimeSlice,
         }
     }
 }
@@ -1101,6 +1120,18 @@ memory_gib = 8
         let msg = parse(&typo).expect_err("must fail")[0].to_string();
         assert!(
             msg.contains("node.backend") && msg.contains("unknown variant"),
+            "{msg}"
+        );
+        let cfg = parse(&format!("{SMALL}\n[node]\nother_user_share = \"wait\"\n")).expect("wait");
+        assert_eq!(cfg.node.other_user_share, OtherUserShare::Wait);
+        assert_eq!(
+            parse(SMALL).expect("small").node.other_user_share,
+            OtherUserShare::TimeSlice
+        );
+        let typo = format!("{SMALL}\n[node]\nother_user_share = \"timeslice\"\n");
+        let msg = parse(&typo).expect_err("must fail")[0].to_string();
+        assert!(
+            msg.contains("node.other_user_share") && msg.contains("time-slice"),
             "{msg}"
         );
     }

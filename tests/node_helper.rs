@@ -60,6 +60,11 @@ fn mode(p: &Path) -> u32 {
 impl Node {
     /// A node whose MPS control program is the stand-in (`mps`) or missing.
     fn new(mps: bool) -> Node {
+        Node::with(mps, "")
+    }
+
+    /// The same, with more `[node]` settings.
+    fn with(mps: bool, extra: &str) -> Node {
         let dir = tempfile::tempdir().expect("tempdir");
         let base = std::fs::read_to_string(
             Path::new(env!("CARGO_MANIFEST_DIR")).join("slurm-conf/heshare.toml"),
@@ -75,7 +80,7 @@ impl Node {
         std::fs::write(
             &config,
             format!(
-                "{base}\n[node]\nbackend = \"model\"\nstate_dir = \"{d}/state\"\naccounting_log = \"{d}/log/accounting.jsonl\"\nmps_control = \"{mps}\"\nmps_pipe_dir = \"{d}/mps\"\nmps_log_dir = \"{d}/mpslog\"\ncommand_timeout_s = 3\n"
+                "{base}\n[node]\nbackend = \"model\"\nstate_dir = \"{d}/state\"\naccounting_log = \"{d}/log/accounting.jsonl\"\nmps_control = \"{mps}\"\nmps_pipe_dir = \"{d}/mps\"\nmps_log_dir = \"{d}/mpslog\"\ncommand_timeout_s = 3\n{extra}\n"
             ),
         )
         .expect("write config");
@@ -460,8 +465,105 @@ fn the_mps_daemon_starts_with_the_first_sharing_job_and_quits_after_the_last() {
 }
 
 #[test]
-fn a_second_users_mps_job_on_a_held_gpu_waits_and_is_told() {
+fn a_second_users_mps_job_on_a_held_gpu_runs_outside_mps_and_is_told() {
     let n = Node::new(true);
+    let pipe = n.dir.path().join("mps/n1/gpu2");
+    let commands = || std::fs::read_to_string(pipe.join("commands")).unwrap_or_default();
+    let a = job("61", 2, Some(50), "vit-infer");
+    let mut b = job("62", 2, Some(30), "vit-infer");
+    b.user = "bob";
+    b.uid = 1001;
+    let mut c = job("63", 2, Some(20), "vit-infer");
+    c.user = "bob";
+    c.uid = 1001;
+    n.ok("prolog", &a);
+    pause();
+    n.ok("prolog", &b);
+    // MPS serves one user per GPU: no server for bob; his job runs beside alice's server.
+    assert!(
+        !commands().contains("start_server -uid 1001"),
+        "{}",
+        commands()
+    );
+    let log = std::fs::read_to_string(n.dir.path().join("state/n1/helper.log")).expect("log");
+    assert!(
+        log.contains(
+            "job 62 (uid 1001) landed on the MPS server of uid 1000 (jobs 61): it runs outside MPS"
+        ),
+        "{log}"
+    );
+    let o = n
+        .cmd(&["task-prolog"])
+        .env("SLURM_JOB_ID", "62")
+        .env("SLURMD_NODENAME", "n1")
+        .env("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "30")
+        .output()
+        .expect("runs");
+    let out = String::from_utf8_lossy(&o.stdout);
+    let no_mps = n.dir.path().join("mps/n1/no-mps");
+    assert_eq!(
+        out,
+        format!(
+            "export CUDA_MPS_PIPE_DIRECTORY={}\nunset CUDA_MPS_ACTIVE_THREAD_PERCENTAGE\nprint heshare: GPU 2 is in MPS use by another user's jobs; MPS serves one user per GPU, so this job runs outside MPS, time-sliced with theirs: its 30% share is held but not enforced\n",
+            no_mps.display()
+        )
+    );
+    // Nothing listens there, and only root could make it listen.
+    assert_eq!(mode(&no_mps), 0o755);
+    assert_eq!(std::fs::read_dir(&no_mps).expect("dir").count(), 0);
+    // alice's job ends; bob's runs on outside MPS, and his next job gets his own server.
+    pause();
+    n.ok("epilog", &a);
+    assert!(
+        !commands().contains("start_server -uid 1001"),
+        "{}",
+        commands()
+    );
+    n.ok("prolog", &c);
+    assert!(
+        commands().contains("start_server -uid 1001"),
+        "{}",
+        commands()
+    );
+    let o = n
+        .cmd(&["task-prolog"])
+        .env("SLURM_JOB_ID", "63")
+        .env("SLURMD_NODENAME", "n1")
+        .env("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "20")
+        .output()
+        .expect("runs");
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains(&format!(
+            "export CUDA_MPS_PIPE_DIRECTORY={}\n",
+            pipe.display()
+        )) && !out.contains("print"),
+        "{out}"
+    );
+    pause();
+    n.ok("epilog", &b);
+    n.ok("epilog", &c);
+    n.assert_settled(&[&a, &b, &c]);
+    let recs = n.records();
+    let rb = recs.iter().find(|r| r["job_id"] == "62").expect("record");
+    assert_eq!(rb["outside_mps"], true, "{rb:#}");
+    assert_eq!(rb["mps_wait_s"], 0.0, "{rb:#}");
+    // It ran, so it was charged more than the idle power of its share.
+    let idle_part =
+        10.0 * 0.3 * (rb["end"].as_f64().expect("t") - rb["start"].as_f64().expect("t"));
+    assert!(
+        rb["energy_j"].as_f64().expect("energy") > idle_part,
+        "{rb:#}"
+    );
+    for id in ["61", "63"] {
+        let r = recs.iter().find(|r| r["job_id"] == id).expect("record");
+        assert_eq!(r["outside_mps"], false, "{r:#}");
+    }
+}
+
+#[test]
+fn a_second_users_mps_job_on_a_held_gpu_waits_and_is_told_where_the_site_says_so() {
+    let n = Node::with(true, "other_user_share = \"wait\"");
     let pipe = n.dir.path().join("mps/n1/gpu2");
     let commands = || std::fs::read_to_string(pipe.join("commands")).unwrap_or_default();
     let a = job("61", 2, Some(50), "vit-infer");

@@ -208,13 +208,12 @@ fn two_mps_jobs_share_a_gpu_and_one_runs_exclusive_and_every_joule_is_accounted(
     assert!(!sinfo.contains("drain"), "{sinfo}");
 }
 
-/// MPS serves one user per GPU. When Slurm puts a second user's MPS job on a GPU whose MPS
-/// server another user's job holds, the node helper lets it wait rather than fail its Prolog
-/// (which would drain the node): the job is told in its output, the node's helper.log says
-/// who waits for whom, the waiting user's server starts when the holder's last job ends, and
-/// the record carries the wait.
-#[test]
-fn a_second_users_mps_job_on_a_held_gpu_waits_and_is_told() {
+/// Two users' MPS shares that Slurm puts on one t4 (root's and nobody's, each printing the
+/// CUDA_MPS_* variables its task sees): the cluster, both jobs' records, and the job ids.
+fn two_users_on_one_gpu(
+    tag: &str,
+    extra: &[(&str, &str)],
+) -> (Cluster, Vec<Value>, String, String) {
     use std::os::unix::process::CommandExt;
     let plugin = plugin_path();
     assert!(plugin.exists(), "{} was not built", plugin.display());
@@ -222,14 +221,13 @@ fn a_second_users_mps_job_on_a_held_gpu_waits_and_is_told() {
         env!("CARGO_MANIFEST_DIR"),
         "/tests/fixtures/stand-in-mps-control"
     );
-    let c = Cluster::start(
-        "node-users",
-        &[
-            ("HESHARE_PLUGIN", plugin.to_str().expect("utf-8")),
-            ("HESHARE_NODE_HELPER", env!("CARGO_BIN_EXE_heshare")),
-            ("HESHARE_MPS_CONTROL", stand_in),
-        ],
-    );
+    let mut env = vec![
+        ("HESHARE_PLUGIN", plugin.to_str().expect("utf-8")),
+        ("HESHARE_NODE_HELPER", env!("CARGO_BIN_EXE_heshare")),
+        ("HESHARE_MPS_CONTROL", stand_in),
+    ];
+    env.extend_from_slice(extra);
+    let c = Cluster::start(tag, &env);
     // Somewhere the other user may write its output.
     let out = c.dir.join("out");
     std::fs::create_dir_all(&out).expect("mkdir");
@@ -241,7 +239,7 @@ fn a_second_users_mps_job_on_a_held_gpu_waits_and_is_told() {
         "--gpu-share=40",
         "--gpu-class=vit-infer",
         "--wrap",
-        "sleep 4",
+        "env | grep ^CUDA_MPS_ | sort; sleep 4",
     ];
     let submit = |who: &str, uid: Option<u32>| {
         let mut cmd = Command::new("sbatch");
@@ -277,28 +275,113 @@ fn a_second_users_mps_job_on_a_held_gpu_waits_and_is_told() {
         recs[0]["gpus"], recs[1]["gpus"],
         "Slurm did not put the two users on one GPU, so this test shows nothing: {recs:#?}"
     );
+    (c, recs, root_job, nobody_job)
+}
+
+/// The output file of the job a record is for.
+fn output_of(c: &Cluster, rec: &Value, root_job: &str) -> String {
+    let id = rec["job_id"].as_str().expect("id");
+    let who = if id == root_job { "root" } else { "nobody" };
+    c.read(&format!("out/{who}-{id}.out"))
+}
+
+/// The MPS commands the stand-in daemon of a record's GPU received.
+fn mps_commands(c: &Cluster, rec: &Value) -> String {
+    let gpu = rec["gpus"][0].as_u64().expect("gpu");
+    std::fs::read_to_string(c.dir.join(format!("run/mps/ht4/gpu{gpu}/commands"))).expect("commands")
+}
+
+/// MPS serves one user per GPU, and Slurm does not keep users apart: when a share lands on a
+/// GPU whose MPS server another user's job holds, the node helper by default runs it at once
+/// outside MPS (its clients pointed at a directory with no daemon, its thread percentage
+/// unset), time-sliced with that server, rather than failing its Prolog (which would drain the
+/// node) or letting it wait for the other user's jobs: the job is told so in its output, the
+/// node's helper.log says whose server it runs beside, no second server is started, and its
+/// record says it ran outside MPS.
+#[test]
+fn a_second_users_mps_job_on_a_held_gpu_runs_outside_mps_at_once_and_is_told() {
+    let (c, recs, root_job, _) = two_users_on_one_gpu("node-users", &[]);
+    let (outside, held): (Vec<&Value>, Vec<&Value>) = recs
+        .iter()
+        .partition(|r| r["outside_mps"].as_bool().expect("outside_mps"));
+    assert_eq!((outside.len(), held.len()), (1, 1), "{recs:#?}");
+    let (o, h) = (outside[0], held[0]);
+    for r in [o, h] {
+        assert_eq!(r["mps_wait_s"].as_f64().expect("wait"), 0.0, "{r:#}");
+    }
+    // They ran side by side: the second started before the first ended.
+    let (o_start, h_start) = (
+        o["start"].as_f64().expect("t"),
+        h["start"].as_f64().expect("t"),
+    );
+    assert!(
+        o_start >= h_start && o_start < h["end"].as_f64().expect("t"),
+        "{o:#}\n{h:#}"
+    );
+    let told = output_of(&c, o, &root_job);
+    assert!(
+        told.contains("heshare: GPU ")
+            && told.contains("runs outside MPS, time-sliced with theirs")
+            && told.contains("CUDA_MPS_PIPE_DIRECTORY=")
+            && told.contains("/no-mps")
+            && !told.contains("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"),
+        "the job outside MPS was not told, or its environment is not that of a job outside MPS: {told:?}"
+    );
+    let holder = output_of(&c, h, &root_job);
+    assert!(
+        holder.contains("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=")
+            && !holder.contains("/no-mps")
+            && !holder.contains("heshare: GPU"),
+        "{holder:?}"
+    );
+    let log = std::fs::read_to_string(c.dir.join("node-state/ht4/helper.log")).expect("log");
+    assert!(
+        log.contains(&format!(
+            "job {} (uid {}) landed on the MPS server of uid {}",
+            o["job_id"].as_str().expect("id"),
+            o["uid"],
+            h["uid"]
+        )) && log.contains("it runs outside MPS"),
+        "{log}"
+    );
+    let commands = mps_commands(&c, o);
+    let started: Vec<&str> = commands
+        .lines()
+        .filter(|l| l.starts_with("start_server"))
+        .collect();
+    assert_eq!(
+        started,
+        [format!("start_server -uid {}", h["uid"])],
+        "{commands}"
+    );
+    let sinfo = c.slurm("sinfo", &["-h", "-N", "-o", "%N %t"]);
+    assert!(!sinfo.contains("drain"), "{sinfo}");
+}
+
+/// With `[node] other_user_share = "wait"` the second user's share waits instead (MPS's own
+/// rule): it is told, the node's helper.log says who waits for whom, the waiting user's server
+/// starts when the holder's last job ends, and the record carries the wait.
+#[test]
+fn a_second_users_mps_job_on_a_held_gpu_waits_when_the_site_says_so() {
+    let (c, recs, root_job, _) =
+        two_users_on_one_gpu("node-users-wait", &[("HESHARE_OTHER_USER_SHARE", "wait")]);
     // Whichever Prolog took the node first holds the GPU; the other job waited for it.
     let (waited, held): (Vec<&Value>, Vec<&Value>) = recs
         .iter()
         .partition(|r| r["mps_wait_s"].as_f64().expect("wait") > 0.0);
     assert_eq!((waited.len(), held.len()), (1, 1), "{recs:#?}");
     let (w, h) = (waited[0], held[0]);
+    assert!(recs.iter().all(|r| r["outside_mps"] == false), "{recs:#?}");
     let h_dur = h["end"].as_f64().expect("t") - h["start"].as_f64().expect("t");
     assert!(
         w["mps_wait_s"].as_f64().expect("wait") <= h_dur + 0.5,
         "{w:#}\n{h:#}"
     );
-    let who = if w["job_id"] == root_job.as_str() {
-        "root"
-    } else {
-        "nobody"
-    };
-    let told = c.read(&format!(
-        "out/{who}-{}.out",
-        w["job_id"].as_str().expect("id")
-    ));
+    let told = output_of(&c, w, &root_job);
     assert!(
-        told.contains("heshare: GPU ") && told.contains("is in MPS use by another user's jobs"),
+        told.contains("heshare: GPU ")
+            && told.contains("is in MPS use by another user's jobs")
+            && told.contains("waits until theirs ends"),
         "the waiting job was not told: {told:?}"
     );
     let log = std::fs::read_to_string(c.dir.join("node-state/ht4/helper.log")).expect("log");
@@ -311,9 +394,7 @@ fn a_second_users_mps_job_on_a_held_gpu_waits_and_is_told() {
         "{log}"
     );
     // The holder's server first, the waiting user's only after the holder's job ended.
-    let gpu = w["gpus"][0].as_u64().expect("gpu");
-    let commands = std::fs::read_to_string(c.dir.join(format!("run/mps/ht4/gpu{gpu}/commands")))
-        .expect("commands");
+    let commands = mps_commands(&c, w);
     let started: Vec<&str> = commands
         .lines()
         .filter(|l| l.starts_with("start_server"))

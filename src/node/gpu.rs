@@ -107,6 +107,11 @@ pub trait GpuControl {
     fn locked_clock(&self, _gpu: u32) -> Option<Mhz> {
         None
     }
+    /// Whether the GPU accepts a CUDA context beside the MPS server's (compute mode Default);
+    /// an exclusive mode admits one context, the server's.
+    fn multiple_contexts(&self, _gpu: u32) -> Result<bool, GpuError> {
+        Ok(true)
+    }
     /// Process ids NVML sees on the GPU (under MPS: the MPS server's).
     fn running_pids(&self, gpu: u32) -> Result<Vec<u32>, GpuError>;
     /// The work the driver accounted to each process on the GPU so far; `None` where it
@@ -242,6 +247,14 @@ impl GpuControl for NvmlGpus {
             },
         )
         .map_err(|e| nvml_err(op, gpu, e))
+    }
+
+    fn multiple_contexts(&self, gpu: u32) -> Result<bool, GpuError> {
+        let op = "compute mode";
+        self.device(op, gpu)?
+            .compute_mode()
+            .map(|m| m == nvml_wrapper::enum_wrappers::device::ComputeMode::Default)
+            .map_err(|e| nvml_err(op, gpu, e))
     }
 
     fn reset_clock(&mut self, gpu: u32) -> Result<(), GpuError> {

@@ -18,7 +18,7 @@ use super::record::{self, Basis, Record, RecordKind};
 use super::state::{
     ClockChange, GpuState, JobOnGpu, Locked, NodeState, ProcSeen, Sample, StateDir, StateError,
 };
-use crate::config::{BackendChoice, Config};
+use crate::config::{BackendChoice, Config, OtherUserShare};
 use crate::model::{GpuType, JobClass, JobKind, ModelParams, Tenant, predict};
 use crate::policy::{ShareError, ShareJob, ShareParams, ShareSpec, optimize};
 use crate::units::{Mhz, SharePct, Watts};
@@ -191,25 +191,38 @@ struct Published {
     gpus: Vec<u32>,
     /// The job's GPU work waits for another user's MPS server.
     waits: bool,
+    /// The job runs outside MPS, time-sliced beside another user's MPS server.
+    outside_mps: bool,
 }
 
 impl Published {
     fn text(&self) -> String {
         let list: Vec<String> = self.gpus.iter().map(u32::to_string).collect();
-        format!("gpus={}\nwaits={}\n", list.join(","), u8::from(self.waits))
+        format!(
+            "gpus={}\nwaits={}\noutside_mps={}\n",
+            list.join(","),
+            u8::from(self.waits),
+            u8::from(self.outside_mps)
+        )
     }
 
     fn parse(text: &str) -> Option<Published> {
         let mut gpus = None;
         let mut waits = false;
+        let mut outside_mps = false;
         for line in text.lines() {
             match line.split_once('=') {
                 Some(("gpus", v)) => gpus = parse_gpu_list(v).ok(),
                 Some(("waits", v)) => waits = v == "1",
+                Some(("outside_mps", v)) => outside_mps = v == "1",
                 _ => {}
             }
         }
-        Some(Published { gpus: gpus?, waits })
+        Some(Published {
+            gpus: gpus?,
+            waits,
+            outside_mps,
+        })
     }
 }
 
@@ -245,8 +258,8 @@ pub fn task_exports(
     let published = std::fs::read_to_string(mps.jobs_dir().join(&job_id))
         .ok()
         .and_then(|t| Published::parse(&t));
-    let (gpu, waits) = match published {
-        Some(p) => (p.gpus.first().copied(), p.waits),
+    let (gpu, waits, outside) = match published {
+        Some(p) => (p.gpus.first().copied(), p.waits, p.outside_mps),
         None => {
             let from_env = ["SLURM_STEP_GPUS", "SLURM_JOB_GPUS"]
                 .into_iter()
@@ -258,14 +271,24 @@ pub fn task_exports(
                         .first()
                         .copied(),
                     false,
+                    false,
                 ),
-                None => (None, false),
+                None => (None, false, false),
             }
         }
     };
     let Some(gpu) = gpu else {
         return Ok(String::new());
     };
+    if outside {
+        // No MPS control daemon listens in this directory (root's, kept empty), so the job's
+        // CUDA clients find none and run in contexts of their own, which the GPU time-slices
+        // with the other user's server. Without it they would try MPS's default directory.
+        return Ok(format!(
+            "export CUDA_MPS_PIPE_DIRECTORY={}\nunset CUDA_MPS_ACTIVE_THREAD_PERCENTAGE\nprint heshare: GPU {gpu} is in MPS use by another user's jobs; MPS serves one user per GPU, so this job runs outside MPS, time-sliced with theirs: its {pct}% share is held but not enforced\n",
+            mps.no_mps_dir().display(),
+        ));
+    }
     let mut out = format!(
         "export CUDA_MPS_PIPE_DIRECTORY={}\nexport CUDA_MPS_LOG_DIRECTORY={}\nexport CUDA_MPS_ACTIVE_THREAD_PERCENTAGE={pct}\n",
         mps.pipe_dir(gpu).display(),
@@ -640,6 +663,7 @@ impl<'a> NodeHelper<'a> {
                 complete: true,
                 basis: Basis::Whole,
                 mps_wait_s: 0.0,
+                outside_mps: false,
             });
         }
         gs.idle_j = 0.0;
@@ -812,6 +836,7 @@ impl<'a> NodeHelper<'a> {
                     measured_j: 0.0,
                     waits_for_uid: None,
                     mps_wait_s: 0.0,
+                    outside_mps_beside_uid: None,
                 });
         }
         self.save(&mut run)?;
@@ -828,33 +853,50 @@ impl<'a> NodeHelper<'a> {
         self.flush(&mut run)
     }
 
-    /// An MPS job's GPUs: its user's server where the GPU's MPS is free or already theirs; where
-    /// another user's server holds it, the job waits (see below), and is told so. Then the job's
-    /// GPUs are published for its TaskProlog.
+    /// An MPS job's GPUs: its user's server where the GPU's MPS is free or already theirs.
+    /// Where another user's server holds it (MPS serves one user per GPU, and Slurm does not
+    /// keep users apart), by `[node] other_user_share`: the job runs at once outside MPS,
+    /// time-sliced with that server (the default, where the GPU's compute mode admits a second
+    /// context), or it waits for that user's jobs to end. Either way it is told so. Then the
+    /// job's GPUs are published for its TaskProlog.
     ///
-    /// Why wait rather than fail: MPS serves one user per GPU, and a client of a second user
-    /// waits until the first user's clients are gone (NVIDIA's documented behaviour), so the
-    /// work is correct, only later. Failing the Prolog instead would make Slurm drain the node
-    /// and hold the job: any user could then take nodes out of service by asking for a share.
-    /// heshare's placement keeps users apart on a GPU wherever it can; when Slurm co-locates
-    /// them anyway the wait is made visible: a line in the job's output (TaskProlog), one in
-    /// the node's helper.log, `mps_wait_s` on the record, and no energy charged for work it
-    /// could not do.
+    /// Why not fail: failing the Prolog would make Slurm drain the node and hold the job, so
+    /// any user could take nodes out of service by asking for a share. Why time-slice first:
+    /// a wait lasts as long as the other user's jobs (hours, for training), while the GPU has
+    /// room; outside MPS the job only loses the share's enforcement, which `outside_mps` on its
+    /// record says. Waiting is made visible the same way: a line in the job's output
+    /// (TaskProlog), one in the node's helper.log, `mps_wait_s` on the record, and no energy
+    /// charged for work it could not do.
     fn join_mps(&mut self, run: &mut Run, job: &JobEnv, joined: &[u32]) -> Result<(), HelperError> {
         let managed = self.manages_mps(run);
         let mut waits_any = false;
+        let mut outside_any = false;
         for &g in joined {
+            let gs = run.st.gpus.get(&g).expect("joined");
+            let holder = mps_holder(&gs.jobs, &job.job_id);
+            let other = holder.filter(|&u| u != job.uid);
+            let outside = other.is_some() && self.may_time_slice(run, g);
+            let waits = other.filter(|_| !outside);
             let gs = run.st.gpus.get_mut(&g).expect("joined");
-            let holder = gs
-                .jobs
-                .iter()
-                .find(|j| {
-                    j.job_id != job.job_id && j.share_pct.is_some() && j.waits_for_uid.is_none()
-                })
-                .map(|j| j.uid);
-            let waits = holder.filter(|&u| u != job.uid);
             if let Some(me) = gs.jobs.iter_mut().find(|j| j.job_id == job.job_id) {
                 me.waits_for_uid = waits;
+                me.outside_mps_beside_uid = other.filter(|_| outside);
+            }
+            if let (Some(u), true) = (other, outside) {
+                outside_any = true;
+                let theirs: Vec<&str> = gs
+                    .jobs
+                    .iter()
+                    .filter(|j| j.uid == u && j.waits_for_uid.is_none())
+                    .map(|j| j.job_id.as_str())
+                    .collect();
+                self.warnings.push(format!(
+                    "GPU {g}: job {} (uid {}) landed on the MPS server of uid {u} (jobs {}): it runs outside MPS, time-sliced with that server (MPS serves one user per GPU)",
+                    job.job_id,
+                    job.uid,
+                    theirs.join(",")
+                ));
+                continue;
             }
             if let Some(u) = waits {
                 waits_any = true;
@@ -889,14 +931,47 @@ impl<'a> NodeHelper<'a> {
                 run.st.gpus.get_mut(&g).expect("joined").mps_daemon = true;
             }
         }
+        if outside_any {
+            // Where it cannot be made the job's clients still find no daemon (the base is
+            // root's), so this is a note only.
+            let dir = self.mps.no_mps_dir();
+            if let Err(e) = super::secure::ensure_own_dir(&dir, 0o755) {
+                self.warnings
+                    .push(format!("{}: cannot create: {e}", dir.display()));
+            }
+        }
         self.publish(
             &job.job_id,
             &Published {
                 gpus: joined.to_vec(),
                 waits: waits_any,
+                outside_mps: outside_any,
             },
         );
         self.save(run)
+    }
+
+    /// Whether a share may run outside MPS beside another user's server on `g`: the site wants
+    /// it and the GPU's compute mode admits a second context (an unreadable mode counts as no).
+    fn may_time_slice(&mut self, run: &Run, g: u32) -> bool {
+        if self.cfg.node.other_user_share != OtherUserShare::TimeSlice {
+            return false;
+        }
+        match run.gpu.multiple_contexts(g) {
+            Ok(true) => true,
+            Ok(false) => {
+                self.warnings.push(format!(
+                    "GPU {g}: compute mode admits one context (the MPS server's): a share of another user waits instead of running outside MPS"
+                ));
+                false
+            }
+            Err(e) => {
+                self.warnings.push(format!(
+                    "GPU {g}: compute mode unreadable ({e}): a share of another user waits"
+                ));
+                false
+            }
+        }
     }
 
     /// Writes the job's published GPUs (0644 in a 0755 directory: the TaskProlog runs as the
@@ -922,11 +997,7 @@ impl<'a> NodeHelper<'a> {
     fn promote_waiting(&mut self, run: &mut Run, g: u32) -> Result<(), MpsError> {
         let now = run.now;
         let gs = run.st.gpus.get_mut(&g).expect("present");
-        let holds = gs
-            .jobs
-            .iter()
-            .any(|j| j.share_pct.is_some() && j.waits_for_uid.is_none());
-        if holds {
+        if mps_holder(&gs.jobs, "").is_some() {
             return Ok(());
         }
         let Some(next) = gs
@@ -969,6 +1040,7 @@ impl<'a> NodeHelper<'a> {
                 &Published {
                     gpus: gpus.clone(),
                     waits,
+                    outside_mps: false,
                 },
             );
         }
@@ -1095,6 +1167,7 @@ impl<'a> NodeHelper<'a> {
                         }
                 })
                 .fold(0.0, f64::max),
+            outside_mps: parts.iter().any(|p| p.outside_mps_beside_uid.is_some()),
         }
     }
 
@@ -1247,6 +1320,19 @@ fn tenant<'c>(cfg: &'c Config, j: &JobOnGpu, fallback: &'c JobClass) -> Tenant<'
         share: share_of(j),
         user: j.uid,
     }
+}
+
+/// The uid of the GPU's MPS user: that of a share (other than job `except`) that is neither
+/// waiting for nor running beside another user's server.
+fn mps_holder(jobs: &[JobOnGpu], except: &str) -> Option<u32> {
+    jobs.iter()
+        .find(|j| {
+            j.job_id != except
+                && j.share_pct.is_some()
+                && j.waits_for_uid.is_none()
+                && j.outside_mps_beside_uid.is_none()
+        })
+        .map(|j| j.uid)
 }
 
 /// The jobs whose GPU work can run: all but those waiting for another user's MPS server.

@@ -186,6 +186,12 @@ impl Mps {
         self.log_base.join(format!("gpu{gpu}"))
     }
 
+    /// A directory where no control daemon ever listens (root's, empty): a job that must run
+    /// outside MPS is pointed here, so its CUDA clients find no daemon and go on without MPS.
+    pub fn no_mps_dir(&self) -> PathBuf {
+        self.pipe_base.join("no-mps")
+    }
+
     /// Where the Prolog publishes an MPS job's GPUs for its TaskProlog, which runs as the job's
     /// user and cannot read the root-only state: beside the pipes its clients open anyway.
     pub fn jobs_dir(&self) -> PathBuf {

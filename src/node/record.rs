@@ -87,6 +87,10 @@ pub struct Record {
     /// Seconds the job's GPU work waited for another user's MPS server to finish.
     #[serde(default)]
     pub mps_wait_s: f64,
+    /// The MPS share ran outside MPS, time-sliced beside another user's MPS server: its share
+    /// was held in Slurm but not enforced on the GPU.
+    #[serde(default)]
+    pub outside_mps: bool,
 }
 
 fn yes() -> bool {
@@ -182,6 +186,7 @@ mod tests {
             complete: true,
             basis: Basis::Measured,
             mps_wait_s: 0.0,
+            outside_mps: false,
         }
     }
 

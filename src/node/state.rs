@@ -52,6 +52,11 @@ pub struct JobOnGpu {
     /// How long it waited before its user's server could start.
     #[serde(default)]
     pub mps_wait_s: f64,
+    /// Another user's MPS server held the GPU when the job came: it runs outside MPS, in a
+    /// context of its own that the GPU time-slices with that server (`[node] other_user_share =
+    /// "time-slice"`). It stays so until it ends, and never counts as the GPU's MPS user.
+    #[serde(default)]
+    pub outside_mps_beside_uid: Option<u32>,
 }
 
 /// A process the driver accounted work to, as last seen: whose job it is (decided while it ran,

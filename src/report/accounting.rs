@@ -399,6 +399,7 @@ mod tests {
             complete: true,
             basis: crate::node::record::Basis::Model,
             mps_wait_s: 0.0,
+            outside_mps: false,
         }
     }
 

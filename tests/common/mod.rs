@@ -57,6 +57,7 @@ impl Cluster {
             "live-rpcq" => 15,
             "node" => 25,
             "node-users" => 30,
+            "node-users-wait" => 35,
             _ => 20,
         };
         let port = (20_000 + (pid % 1_000) * 40 + offset).to_string();
