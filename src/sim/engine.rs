@@ -22,7 +22,7 @@ use super::packing::{NodeRes, Pod};
 use super::rng::SplitMix;
 use super::schedulers::{Placement, Scheduler};
 use super::trace::TraceJob;
-use super::world::{JobTruth, Occupant, World};
+use super::world::{JobTruth, Occupant, Runs, World};
 use crate::config::Config;
 use crate::model::{JobKind, ModelParams, Tenant, predict};
 use crate::policy::{ClusterView, GpuSlot, PlacedJob};
@@ -55,6 +55,8 @@ pub struct SimJob {
     pub exclusive: bool,
     pub start_s: Option<f64>,
     pub finish_s: Option<f64>,
+    /// Runs outside MPS, time-sliced beside another user's MPS server (set when it starts).
+    pub native: bool,
     done_s: f64,
     rate: f64,
     last_s: f64,
@@ -261,6 +263,7 @@ pub fn generate_jobs(
                 exclusive: true,
                 start_s: None,
                 finish_s: None,
+                native: false,
                 done_s: 0.0,
                 rate: 0.0,
                 last_s: 0.0,
@@ -662,7 +665,7 @@ fn lower_bound_j(st: &State<'_>, world: &World, job: &SimJob) -> f64 {
                     class: job.class,
                     truth: &job.truth,
                     share: SharePct::FULL,
-                    active: true,
+                    runs: Runs::Mps,
                 }],
             );
             let dynamic = g.power_w - world.idle_w(t);
@@ -719,10 +722,10 @@ fn advance_gpu(st: &mut State<'_>, gpu: usize, t: f64) {
     }
 }
 
-/// The user MPS serves on `gpu` now: the first job's, when the GPU is shared through MPS.
+/// The user MPS serves on `gpu` now: the first MPS client's, when the GPU is shared.
 fn mps_user(st: &State<'_>, gpu: usize) -> Option<u32> {
     let g = &st.gpus[gpu];
-    let first = *g.jobs.first()?;
+    let first = *g.jobs.iter().find(|&&j| !st.jobs[j].native)?;
     (!st.jobs[first].exclusive).then_some(st.jobs[first].user)
 }
 
@@ -753,7 +756,13 @@ fn refresh_gpu(st: &mut State<'_>, sched: &mut dyn Scheduler, r: &mut Run<'_>, g
                     class: job.class,
                     truth: &job.truth,
                     share: job.share,
-                    active: serving.is_none_or(|u| u == job.user),
+                    runs: if job.native {
+                        Runs::Native
+                    } else if serving.is_none_or(|u| u == job.user) {
+                        Runs::Mps
+                    } else {
+                        Runs::Waits
+                    },
                 }
             })
             .collect();
@@ -793,6 +802,12 @@ fn try_start(st: &mut State<'_>, sched: &mut dyn Scheduler, r: &mut Run<'_>, j: 
     for &g in &gpus {
         advance_gpu(st, g, t);
     }
+    // A share beside another user's MPS server: heshare's node helper runs it outside MPS.
+    let native = !exclusive
+        && sched.time_slices_other_users()
+        && gpus
+            .iter()
+            .any(|&g| mps_user(st, g).is_some_and(|u| u != st.jobs[j].user));
     let node = st.gpus[gpus[0]].node;
     let local: Vec<usize> = gpus
         .iter()
@@ -803,6 +818,7 @@ fn try_start(st: &mut State<'_>, sched: &mut dyn Scheduler, r: &mut Run<'_>, j: 
         job.gpus = gpus.clone();
         job.share = share;
         job.exclusive = exclusive;
+        job.native = native;
         job.start_s = Some(t);
         job.last_s = t;
     }
@@ -1074,7 +1090,8 @@ mod tests {
     /// no progress until the first user's job has left (one MPS server per GPU at a time).
     #[test]
     fn mps_serves_one_user_at_a_time_for_every_scheduler() {
-        struct OneGpu;
+        /// Both jobs on GPU 0; `.0`: a share beside another user's server runs outside MPS.
+        struct OneGpu(bool);
         impl Scheduler for OneGpu {
             fn name(&self) -> &'static str {
                 "one-gpu"
@@ -1085,6 +1102,9 @@ mod tests {
                     share: SharePct::new(40).expect("40"),
                     exclusive: false,
                 })
+            }
+            fn time_slices_other_users(&self) -> bool {
+                self.0
             }
         }
         let (cfg, nodes, trace) = setup();
@@ -1115,26 +1135,35 @@ mod tests {
             j.submit_s = k as f64;
             j.work_s = 1000.0;
         }
-        let finish = |users: [u32; 2]| {
+        let finish = |users: [u32; 2], time_slice: bool| {
             let mut js = jobs.clone();
             js[0].user = users[0];
             js[1].user = users[1];
             let mut st = build_state(&cfg, &nodes, js);
-            run(&mut st, &world, &mut OneGpu, 600.0, |_| {});
+            run(&mut st, &world, &mut OneGpu(time_slice), 600.0, |_| {});
             (
                 st.jobs[0].finish_s.expect("done"),
                 st.jobs[1].finish_s.expect("done"),
+                st.jobs[1].native,
             )
         };
-        let (a, b) = finish([1, 1]);
+        for time_slice in [false, true] {
+            let (a, b, native) = finish([1, 1], time_slice);
+            assert!(
+                (b - a - 1.0).abs() < 1.0 && !native,
+                "one user's jobs share the GPU: {a} {b}"
+            );
+        }
+        let (a, b, native) = finish([1, 2], false);
         assert!(
-            (b - a - 1.0).abs() < 1.0,
-            "one user's jobs share the GPU: {a} {b}"
-        );
-        let (a, b) = finish([1, 2]);
-        assert!(
-            b >= a + 999.0,
+            b >= a + 999.0 && !native,
             "the second user waits for the first: {a} {b}"
+        );
+        // Outside MPS the second user's light service runs at once, time-sliced, and keeps pace.
+        let (a, b, native) = finish([1, 2], true);
+        assert!(
+            native && (b - a - 1.0).abs() < 1.0,
+            "the second user runs beside the first: {a} {b}"
         );
     }
 

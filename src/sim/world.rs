@@ -261,8 +261,59 @@ pub struct Occupant<'a> {
     pub class: usize,
     pub truth: &'a JobTruth,
     pub share: SharePct,
-    /// False while MPS blocks the job (another user's server holds the GPU).
-    pub active: bool,
+    pub runs: Runs,
+}
+
+/// How a job on a shared GPU gets at it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Runs {
+    /// A client of the GPU's MPS server (or the GPU's only job).
+    Mps,
+    /// Outside MPS, beside another user's MPS server: its own context, time-sliced.
+    Native,
+    /// Blocked by MPS: another user's server holds the GPU.
+    Waits,
+}
+
+/// Of the GPU time two or more CUDA contexts share by time-slicing, the part that does work:
+/// each switch saves and restores a context and the caches start cold. Nothing here measures
+/// it; 0.85 is a pessimistic guess (the simulator's README gives the result at 0.7 as well).
+pub const TIME_SLICE_EFFICIENCY: f64 = 0.85;
+
+/// The MPS clients' picture of a GPU, before time-slicing with native contexts.
+struct Group {
+    rate: Vec<f64>,
+    draw: Vec<f64>,
+    /// An inference client's load on its share (>1: it falls behind); 1 for training.
+    load: Vec<f64>,
+    busy: f64,
+    /// The share of GPU time the server's context keeps busy.
+    time: f64,
+}
+
+/// Max-min fair division of `capacity` among demands `needs` (water filling).
+fn max_min_fair(needs: &[f64], capacity: f64) -> Vec<f64> {
+    let mut got = vec![0.0; needs.len()];
+    let mut open: Vec<usize> = (0..needs.len()).filter(|&i| needs[i] > 0.0).collect();
+    let mut left = capacity;
+    while !open.is_empty() {
+        #[allow(clippy::cast_precision_loss)]
+        let level = left / open.len() as f64;
+        let (full, rest): (Vec<usize>, Vec<usize>) =
+            open.iter().partition(|&&i| needs[i] - got[i] <= level);
+        if full.is_empty() {
+            for &i in &rest {
+                got[i] += level;
+            }
+            break;
+        }
+        for &i in &full {
+            left -= needs[i] - got[i];
+            got[i] = needs[i];
+        }
+        open = rest;
+    }
+    got
 }
 
 /// What the world says of one GPU at one clock.
@@ -567,68 +618,75 @@ impl World {
     }
 
     /// What the GPU of type `t` does at `clock_mhz` with these occupants.
+    ///
+    /// The clients of the MPS server run together (shares, contention); a job running outside
+    /// MPS has a CUDA context of its own, which the GPU time-slices with the server's: each
+    /// context gets GPU time by max-min fairness of what it would use alone, less
+    /// [`TIME_SLICE_EFFICIENCY`] while two or more contexts have work.
     pub fn gpu(&self, t: usize, clock_mhz: f64, occ: &[Occupant<'_>]) -> GpuTruth {
         let ty = &self.types[t];
         let r = (clock_mhz / ty.max_clock_mhz).clamp(0.01, 1.0);
-        let stretch = ty.default_clock_mhz / clock_mhz.max(1.0);
-        // Nominal busy share each job imposes on the others, and its load.
-        let mut busy = Vec::with_capacity(occ.len());
-        let mut load = Vec::with_capacity(occ.len());
-        for o in occ {
-            let s = o.share.fraction();
-            if !o.active {
-                busy.push(0.0);
-                load.push(0.0);
-                continue;
+        let mut group = self.mps_group(t, clock_mhz, occ);
+        let natives: Vec<usize> = (0..occ.len())
+            .filter(|&k| occ[k].runs == Runs::Native)
+            .collect();
+        if !natives.is_empty() {
+            // Each native context alone on the whole GPU: its rate, GPU time and draw.
+            let mut alone = Vec::with_capacity(natives.len());
+            for &k in &natives {
+                let o = Occupant {
+                    share: SharePct::FULL,
+                    runs: Runs::Mps,
+                    ..occ[k]
+                };
+                let a = self.mps_group(t, clock_mhz, &[o]);
+                alone.push((a.rate[0], a.load[0], a.draw[0], a.busy));
             }
-            match self.kinds[o.class] {
-                JobKind::Training => {
-                    busy.push(s.min(1.0));
-                    load.push(1.0);
+            let mut needs = vec![group.time];
+            needs.extend(alone.iter().map(|a| a.3));
+            let active = needs.iter().filter(|&&n| n > 0.0).count();
+            let capacity = if active > 1 {
+                TIME_SLICE_EFFICIENCY
+            } else {
+                1.0
+            };
+            let got = max_min_fair(&needs, capacity);
+            // The server's clients run only while their context has the GPU.
+            let f0 = if needs[0] > 0.0 {
+                got[0] / needs[0]
+            } else {
+                1.0
+            };
+            for (k, o) in occ.iter().enumerate() {
+                if o.runs != Runs::Mps {
+                    continue;
                 }
-                JobKind::Inference => {
-                    let tf = (self.knee(o.class, o.truth, t) / r).max(1.0);
-                    let l = o.truth.demand / self.speed(o.class, o.truth, t) * tf / s;
-                    busy.push(s * l.min(1.0));
-                    load.push(l);
+                match self.kinds[o.class] {
+                    JobKind::Training => group.rate[k] *= f0,
+                    JobKind::Inference => {
+                        group.rate[k] = 1.0 / (group.load[k] / f0.max(1e-12)).max(1.0);
+                    }
                 }
+                group.draw[k] *= f0;
             }
+            for (i, &k) in natives.iter().enumerate() {
+                let (rate, load, draw, need) = alone[i];
+                let f = if need > 0.0 { got[i + 1] / need } else { 1.0 };
+                group.rate[k] = match self.kinds[occ[k].class] {
+                    JobKind::Training => rate * f,
+                    JobKind::Inference => 1.0 / (load / f.max(1e-12)).max(1.0),
+                };
+                group.draw[k] = draw * f;
+            }
+            group.busy = got.iter().sum::<f64>().min(1.0);
         }
-        let total_busy: f64 = busy.iter().sum();
-        let mut rate = Vec::with_capacity(occ.len());
-        let mut draw = Vec::with_capacity(occ.len());
-        for (k, o) in occ.iter().enumerate() {
-            if !o.active {
-                rate.push(0.0);
-                draw.push(0.0);
-                continue;
-            }
-            let s = o.share.fraction();
-            let contention =
-                1.0 + self.kappa * o.truth.contention * (total_busy - busy[k]).max(0.0);
-            let u = self.u(o.class, o.truth, t);
-            match self.kinds[o.class] {
-                JobKind::Training => {
-                    let c = self.c(o.class, o.truth, t);
-                    let share_stretch = (1.0 / s).max(1.0);
-                    let tf = c * stretch * share_stretch + (1.0 - c);
-                    rate.push(self.speed(o.class, o.truth, t) / (tf * contention));
-                    draw.push(u * s.min(1.0));
-                }
-                JobKind::Inference => {
-                    let l = load[k] * contention;
-                    rate.push(1.0 / l.max(1.0));
-                    draw.push(u * s * l.min(1.0));
-                }
-            }
-        }
-        let total_draw: f64 = draw.iter().sum();
+        let total_draw: f64 = group.draw.iter().sum();
         let dvfs = ty.beta + (1.0 - ty.beta) * r.powf(ty.gamma);
         let dynamic = (ty.max_w - ty.idle_w) * total_draw.min(1.0) * dvfs;
         let total_share: f64 = occ.iter().map(|o| o.share.fraction()).sum();
         let job_power_w = occ
             .iter()
-            .zip(&draw)
+            .zip(&group.draw)
             .map(|(o, d)| {
                 let idle = if total_share > 0.0 {
                     ty.idle_w * o.share.fraction() / total_share
@@ -644,9 +702,84 @@ impl World {
             .collect();
         GpuTruth {
             power_w: ty.idle_w + dynamic,
-            rate,
+            rate: group.rate,
             job_power_w,
-            busy: total_busy.min(1.0),
+            busy: group.busy,
+        }
+    }
+
+    /// The MPS server's clients among `occ` (every occupant that `Runs::Mps`) running together
+    /// as if the GPU were theirs alone; the others get nothing here.
+    fn mps_group(&self, t: usize, clock_mhz: f64, occ: &[Occupant<'_>]) -> Group {
+        let ty = &self.types[t];
+        let r = (clock_mhz / ty.max_clock_mhz).clamp(0.01, 1.0);
+        let stretch = ty.default_clock_mhz / clock_mhz.max(1.0);
+        // Nominal busy share each job imposes on the others, and its load.
+        let mut busy = Vec::with_capacity(occ.len());
+        let mut load = Vec::with_capacity(occ.len());
+        let mut training = false;
+        for o in occ {
+            let s = o.share.fraction();
+            if o.runs != Runs::Mps {
+                busy.push(0.0);
+                load.push(0.0);
+                continue;
+            }
+            match self.kinds[o.class] {
+                JobKind::Training => {
+                    training = true;
+                    busy.push(s.min(1.0));
+                    load.push(1.0);
+                }
+                JobKind::Inference => {
+                    let tf = (self.knee(o.class, o.truth, t) / r).max(1.0);
+                    let l = o.truth.demand / self.speed(o.class, o.truth, t) * tf / s;
+                    busy.push(s * l.min(1.0));
+                    load.push(l);
+                }
+            }
+        }
+        let total_busy: f64 = busy.iter().sum();
+        let mut rate = Vec::with_capacity(occ.len());
+        let mut draw = Vec::with_capacity(occ.len());
+        let mut eff_load = Vec::with_capacity(occ.len());
+        for (k, o) in occ.iter().enumerate() {
+            if o.runs != Runs::Mps {
+                rate.push(0.0);
+                draw.push(0.0);
+                eff_load.push(0.0);
+                continue;
+            }
+            let s = o.share.fraction();
+            let contention =
+                1.0 + self.kappa * o.truth.contention * (total_busy - busy[k]).max(0.0);
+            let u = self.u(o.class, o.truth, t);
+            match self.kinds[o.class] {
+                JobKind::Training => {
+                    let c = self.c(o.class, o.truth, t);
+                    let share_stretch = (1.0 / s).max(1.0);
+                    let tf = c * stretch * share_stretch + (1.0 - c);
+                    rate.push(self.speed(o.class, o.truth, t) / (tf * contention));
+                    draw.push(u * s.min(1.0));
+                    eff_load.push(1.0);
+                }
+                JobKind::Inference => {
+                    let l = load[k] * contention;
+                    rate.push(1.0 / l.max(1.0));
+                    draw.push(u * s * l.min(1.0));
+                    eff_load.push(l);
+                }
+            }
+        }
+        let busy = total_busy.min(1.0);
+        Group {
+            rate,
+            draw,
+            load: eff_load,
+            busy,
+            // A training client keeps the server's context busy all the time; services only
+            // while they have requests.
+            time: if training { 1.0 } else { busy },
         }
     }
 
@@ -661,7 +794,7 @@ impl World {
                 class,
                 truth,
                 share: SharePct::FULL,
-                active: true,
+                runs: Runs::Mps,
             }],
         );
         g.rate[0]
@@ -677,7 +810,7 @@ impl World {
                 class,
                 truth,
                 share: SharePct::FULL,
-                active: true,
+                runs: Runs::Mps,
             }],
         )
         .power_w
@@ -899,7 +1032,7 @@ mod tests {
             class: vit,
             truth: &truth,
             share: SharePct::new(35).expect("35"),
-            active: true,
+            runs: Runs::Mps,
         }];
         let fast = w.gpu(t4, 1590.0, &occ).rate[0];
         let slow = w.gpu(t4, 300.0, &occ).rate[0];
@@ -947,13 +1080,13 @@ mod tests {
                     class: llm,
                     truth: &a,
                     share: half,
-                    active: true,
+                    runs: Runs::Mps,
                 },
                 Occupant {
                     class: llm,
                     truth: &b,
                     share: half,
-                    active: false,
+                    runs: Runs::Waits,
                 },
             ],
         );
@@ -961,5 +1094,85 @@ mod tests {
         assert_eq!(g.rate[1], 0.0);
         let sum: f64 = g.job_power_w.iter().sum();
         assert!((sum - g.power_w).abs() < 1e-9);
+    }
+
+    #[test]
+    fn max_min_fair_gives_no_one_more_than_it_needs_nor_more_than_there_is() {
+        assert_eq!(max_min_fair(&[0.2, 0.3], 1.0), vec![0.2, 0.3]);
+        assert_eq!(max_min_fair(&[1.0, 1.0], 0.8), vec![0.4, 0.4]);
+        let got = max_min_fair(&[1.0, 0.1, 0.0, 0.6], 0.85);
+        assert!((got[1] - 0.1).abs() < 1e-12 && got[2] == 0.0, "{got:?}");
+        assert!(
+            (got[0] - 0.375).abs() < 1e-12 && (got[3] - 0.375).abs() < 1e-12,
+            "{got:?}"
+        );
+        assert!((got.iter().sum::<f64>() - 0.85).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_job_outside_mps_is_time_sliced_with_the_server() {
+        let cfg = cfg();
+        let w = World::new(&cfg);
+        let t4 = cfg.gpu_type("t4").expect("t4");
+        let class = |n: &str| cfg.classes.iter().position(|c| c.name == n).expect("class");
+        let (bert, llm) = (class("resnet18-train"), class("llm-infer"));
+        let mut rng = SplitMix::new(5);
+        let train = w.draw(bert, 1.0, &mut rng);
+        let other = w.draw(bert, 1.0, &mut rng);
+        let light = w.draw(llm, 0.05, &mut rng);
+        let full = SharePct::FULL;
+        let half = SharePct::new(50).expect("50");
+        let occ = |c, truth, share, runs| Occupant {
+            class: c,
+            truth,
+            share,
+            runs,
+        };
+        let alone = w
+            .gpu(t4, 1590.0, &[occ(bert, &train, full, Runs::Mps)])
+            .rate[0];
+        let other_alone = w
+            .gpu(t4, 1590.0, &[occ(bert, &other, full, Runs::Mps)])
+            .rate[0];
+        // Two training jobs, one outside MPS: each gets about half the GPU's time, less the
+        // switching, and neither is blocked.
+        let g = w.gpu(
+            t4,
+            1590.0,
+            &[
+                occ(bert, &train, half, Runs::Mps),
+                occ(bert, &other, half, Runs::Native),
+            ],
+        );
+        let f = TIME_SLICE_EFFICIENCY / 2.0;
+        assert!(g.rate[1] > 0.0 && g.rate[0] > 0.0);
+        assert!((g.rate[1] / other_alone - f).abs() < 1e-9, "{g:?}");
+        assert!(g.rate[0] <= alone * f + 1e-12, "{g:?}");
+        let sum: f64 = g.job_power_w.iter().sum();
+        assert!((sum - g.power_w).abs() < 1e-9);
+        // A light service outside MPS keeps pace; the training job loses what it takes.
+        let g = w.gpu(
+            t4,
+            1590.0,
+            &[
+                occ(bert, &train, half, Runs::Mps),
+                occ(llm, &light, half, Runs::Native),
+            ],
+        );
+        assert!((g.rate[1] - 1.0).abs() < 1e-12, "{g:?}");
+        assert!(
+            g.rate[0] < alone * TIME_SLICE_EFFICIENCY && g.rate[0] > 0.5 * alone,
+            "{g:?}"
+        );
+        // Waiting instead, the service does nothing.
+        let g = w.gpu(
+            t4,
+            1590.0,
+            &[
+                occ(bert, &train, half, Runs::Mps),
+                occ(llm, &light, half, Runs::Waits),
+            ],
+        );
+        assert_eq!(g.rate[1], 0.0);
     }
 }

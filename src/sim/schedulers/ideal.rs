@@ -54,6 +54,8 @@ pub struct HeshareIdeal {
     params: ShareParams,
     /// Remembered sharing plans for the whole run; decisions need no reason text here.
     ctx: PlaceContext,
+    /// The node helper's `[node] other_user_share`.
+    time_slice: bool,
 }
 
 impl HeshareIdeal {
@@ -73,6 +75,7 @@ impl HeshareIdeal {
                 energy_weight: st.cfg.policy.energy_weight,
             },
             ctx: PlaceContext::simulation(),
+            time_slice: st.cfg.node.other_user_share == crate::config::OtherUserShare::TimeSlice,
         }
     }
 }
@@ -160,6 +163,10 @@ impl Scheduler for HeshareIdeal {
 
     fn clock(&mut self, st: &State<'_>, gpu: usize) -> Mhz {
         node_helper_clock(st, gpu, &mut self.ctx, self.params)
+    }
+
+    fn time_slices_other_users(&self) -> bool {
+        self.time_slice
     }
 }
 

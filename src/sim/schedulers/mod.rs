@@ -43,6 +43,12 @@ pub trait Scheduler {
     fn tick(&mut self, _st: &State<'_>, _waiting: &[usize]) -> bool {
         false
     }
+    /// Whether a share that lands beside another user's MPS server runs at once outside MPS,
+    /// time-sliced (heshare's node helper, `[node] other_user_share`), rather than waiting for
+    /// that user's jobs to end (MPS's own rule, what a plain Slurm site gets).
+    fn time_slices_other_users(&self) -> bool {
+        false
+    }
     /// Job `j` started (after `place` was taken).
     fn started(&mut self, _st: &State<'_>, _j: usize) {}
     /// Job `j` finished.
