@@ -8,7 +8,10 @@
 #      then the accounting record, the report, and the SM clock after the Epilog;
 #   5. the measured split: two jobs on GPU 0 under MPS, one busy, one mostly idle and claiming
 #      the heavier class, each process in a `job_N` cgroup as slurmstepd would put it; their
-#      records (basis, energy) beside NVML's own per-process accounting.
+#      records (basis, energy) beside NVML's own per-process accounting;
+#   6. another user's share on a GPU whose MPS server root holds: the helper runs it outside MPS
+#      (`[node] other_user_share = "time-slice"`); both programs must run side by side, as root
+#      and as nobody, the second user's without an MPS server of its own.
 #
 #   scripts/gpu-check.sh [HESHARE_BINARY]     (run as root; setting clocks needs it)
 #
@@ -163,6 +166,41 @@ print("measured split holds" if ok else "measured split does NOT hold")
 sys.exit(0 if ok else 1)
 PY
 rmdir "$cg"/job_* "$cg" 2>/dev/null || true
+
+step "another user's share beside root's MPS server: outside MPS, time-sliced"
+echo "compute mode: $(nvidia-smi --query-gpu=compute_mode --format=csv,noheader -i 0)"
+chmod 0711 "$work"
+[ -f "$work/spin" ] && chmod 0755 "$work/spin"
+a_env=(SLURM_JOB_ID=900004 SLURM_JOB_USER=root SLURM_JOB_UID=0 SLURMD_NODENAME=gpucheck
+       SLURM_JOB_GPUS=0 CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50 SPANK_HESHARE_CLASS=bert-train)
+b_env=(SLURM_JOB_ID=900005 SLURM_JOB_USER=nobody SLURM_JOB_UID=65534 SLURMD_NODENAME=gpucheck
+       SLURM_JOB_GPUS=0 CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50 SPANK_HESHARE_CLASS=bert-train)
+env "${a_env[@]}" "$bin" prolog || bad "prolog (root) failed"
+env "${b_env[@]}" "$bin" prolog || bad "prolog (nobody) failed"
+ex_a=$(env "${a_env[@]}" "$bin" task-prolog)
+ex_b=$(env "${b_env[@]}" "$bin" task-prolog)
+echo "root's task-prolog:"; echo "$ex_a"
+echo "nobody's task-prolog:"; echo "$ex_b"
+echo "$ex_b" | grep -q "runs outside MPS" || bad "nobody's job was not run outside MPS"
+# TaskProlog's own words: export/unset lines for the shell, print lines for the job's output.
+shell_of() { grep -E '^(export|unset) '; }
+( eval "$(echo "$ex_a" | shell_of)"; workload ) > "$work/a.out" 2>&1 &
+sleep 1
+runuser -u nobody -- env -i PATH="$PATH" HOME=/ work="$work" bash -c \
+  "$(echo "$ex_b" | shell_of); $(declare -f workload); workload" > "$work/b.out" 2>&1 &
+sleep 2
+echo "MPS servers while both run: $(echo get_server_list | CUDA_MPS_PIPE_DIRECTORY=$work/run-mps/gpucheck/gpu0 nvidia-cuda-mps-control 2>&1)"
+nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv -i 0 || true
+wait
+echo "root (MPS client): $(cat "$work/a.out")"
+echo "nobody (outside MPS): $(cat "$work/b.out")"
+grep -qE "TFLOP/s|cuda kernel" "$work/b.out" || bad "nobody's program did not run beside root's MPS server"
+env "${a_env[@]}" "$bin" epilog || bad "epilog (root) failed"
+env "${b_env[@]}" "$bin" epilog || bad "epilog (nobody) failed"
+grep -E '"job_id":"90000[45]"' "$work/accounting.jsonl"
+grep -E '"job_id":"900005".*"outside_mps":true' "$work/accounting.jsonl" >/dev/null \
+  || bad "nobody's record does not say outside_mps"
+echo "SM clock after the Epilogs: $(nvidia-smi --query-gpu=clocks.sm --format=csv,noheader -i 0)"
 
 echo
 if [ "$failed" = 0 ]; then echo "gpu-check: every step worked"; else echo "gpu-check: some steps were refused or failed (marked !!)"; fi
