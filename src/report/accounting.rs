@@ -78,6 +78,8 @@ pub struct Summary {
     /// jobs that waited for another user's MPS server.
     pub modelled_splits: u64,
     pub mps_waits: u64,
+    /// Jobs whose MPS share ran outside MPS beside another user's server (share not enforced).
+    pub outside_mps: u64,
 }
 
 #[derive(Default)]
@@ -100,7 +102,7 @@ pub fn summarize(records: &[Record], by: GroupBy) -> Summary {
     let mut groups: BTreeMap<String, Acc> = BTreeMap::new();
     let mut idle_j = 0.0;
     let mut backends = Vec::new();
-    let (mut incomplete, mut resets, mut modelled, mut waits) = (0, 0, 0, 0);
+    let (mut incomplete, mut resets, mut modelled, mut waits, mut outside) = (0, 0, 0, 0, 0);
     for r in records {
         let b = r.backend.as_str().to_owned();
         if !backends.contains(&b) {
@@ -123,6 +125,7 @@ pub fn summarize(records: &[Record], by: GroupBy) -> Summary {
                     ) && r.share_pct.is_some(),
                 );
                 waits += u64::from(r.mps_wait_s > 0.0);
+                outside += u64::from(r.outside_mps);
             }
         }
     }
@@ -162,6 +165,7 @@ pub fn summarize(records: &[Record], by: GroupBy) -> Summary {
         incomplete_jobs: incomplete,
         modelled_splits: modelled,
         mps_waits: waits,
+        outside_mps: outside,
         counter_resets: resets,
     }
 }
@@ -246,6 +250,12 @@ pub fn table(s: &Summary) -> String {
         notes.push(format!(
             "{} job(s) waited for another user's MPS server (records say \"mps_wait_s\")",
             s.mps_waits
+        ));
+    }
+    if s.outside_mps > 0 {
+        notes.push(format!(
+            "{} job(s) ran outside MPS, time-sliced beside another user's MPS server: their shares were held, not enforced (records say \"outside_mps\")",
+            s.outside_mps
         ));
     }
     if s.counter_resets > 0 {
@@ -427,6 +437,16 @@ mod tests {
         let t = summarize(&recs, GroupBy::GpuType);
         assert_eq!(t.rows.iter().map(|r| r.energy_j).sum::<f64>(), 3300.0);
         assert!(table(&t).contains("MODEL backend"));
+        assert!(!table(&t).contains("outside MPS"));
+        let mut outside = recs.clone();
+        outside[0].outside_mps = true;
+        let o = summarize(&outside, GroupBy::User);
+        assert_eq!(o.outside_mps, 1);
+        assert!(
+            table(&o).contains("1 job(s) ran outside MPS"),
+            "{}",
+            table(&o)
+        );
     }
 
     #[test]
