@@ -202,9 +202,11 @@ impl Snapshot {
     /// order (select/cons_tres first fit), for a share of `share_pct(type)` a GPU with that much
     /// MPS room. gres/mps does not look at users, and MPS serves one user per GPU at a time: if
     /// any GPU of the type with room is held by another user's jobs, Slurm may put the share
-    /// there and the job would wait for that user, so that GPU is the one reported (placement
-    /// then turns the share down on that type). A job asking for several GPUs sees every idle
-    /// GPU (the node search needs them).
+    /// there, where the node helper runs it outside MPS, time-sliced with that user's server (or
+    /// makes it wait, as the site chooses), so that GPU is the one reported: the model
+    /// time-slices distinct users, and placement turns the share down on that type where that
+    /// breaks its bound. A job asking for several GPUs sees every idle GPU (the node search
+    /// needs them).
     pub fn slots_for(
         &self,
         gpus: u32,
@@ -590,8 +592,9 @@ mod tests {
             !s.feature_types[t4],
             "ht4 does not carry its type as a feature"
         );
-        // A 30% share of a t4 may land where gres/mps puts it: on user 1001's t4, which another
-        // user's job would wait for; that is the share's slot. The idle t4 is the whole GPU's.
+        // A 30% share of a t4 may land where gres/mps puts it: on user 1001's t4, where another
+        // user's job shares time with 1001's MPS server; that is the share's slot. The idle t4
+        // is the whole GPU's.
         let picks = s.slots_for(1, "1000", |t| (t == t4).then_some(30));
         let names: Vec<(&str, u32)> = picks.iter().map(|g| (g.node.as_str(), g.index)).collect();
         assert_eq!(names, vec![("ht4", 0), ("ht4", 1)]);
