@@ -1228,8 +1228,8 @@ mod tests {
         ));
         assert!(r.mps_pct.is_some(), "{r:?}");
         assert!(r.nice < 0, "sharing a GPU saves its idle power: {}", r.nice);
-        // Another user's job there: the share would wait for that user's MPS server, so heshare
-        // does not count on it.
+        // Another user's job there: the share would be time-sliced with that user's MPS server
+        // (or wait for it), so heshare does not count on it.
         let theirs = Holding {
             job: PlacedJob {
                 user: "2000".into(),
