@@ -33,6 +33,13 @@ fn job(id: &str, gpu: u32, share: Option<u8>, class: &'static str) -> Job {
     }
 }
 
+/// The same job, bob's (uid 1001) instead of alice's.
+fn bobs(mut j: Job) -> Job {
+    j.user = "bob";
+    j.uid = 1001;
+    j
+}
+
 /// The stand-in MPS control program, copied where root may run it: the helper refuses a
 /// program in a directory others could write to, and a checkout's may be group-writable.
 fn stand_in_mps(dir: &Path) -> PathBuf {
@@ -94,6 +101,19 @@ impl Node {
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
             .env("HESHARE_CONFIG", &self.config);
         c
+    }
+
+    /// What TaskProlog prints for a task of an MPS job on node n1 with this thread percentage.
+    fn task_prolog(&self, job_id: &str, pct: &str) -> String {
+        let o = self
+            .cmd(&["task-prolog"])
+            .env("SLURM_JOB_ID", job_id)
+            .env("SLURMD_NODENAME", "n1")
+            .env("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", pct)
+            .output()
+            .expect("runs");
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout).into_owned()
     }
 
     fn hook_cmd(&self, hook: &str, j: &Job) -> Command {
@@ -464,42 +484,36 @@ fn the_mps_daemon_starts_with_the_first_sharing_job_and_quits_after_the_last() {
     n.assert_settled(&[&a, &b, &c]);
 }
 
+/// alice's MPS job on GPU 2, then bob's on the same GPU: MPS serves one user per GPU, so no
+/// server is started for bob. The two jobs, and the node's helper.log then.
+fn alice_then_bob(n: &Node) -> (Job, Job, String) {
+    let a = job("61", 2, Some(50), "vit-infer");
+    let b = bobs(job("62", 2, Some(30), "vit-infer"));
+    n.ok("prolog", &a);
+    pause();
+    n.ok("prolog", &b);
+    let commands =
+        std::fs::read_to_string(n.dir.path().join("mps/n1/gpu2/commands")).unwrap_or_default();
+    assert!(!commands.contains("start_server -uid 1001"), "{commands}");
+    let log = std::fs::read_to_string(n.dir.path().join("state/n1/helper.log")).expect("log");
+    (a, b, log)
+}
+
 #[test]
 fn a_second_users_mps_job_on_a_held_gpu_runs_outside_mps_and_is_told() {
     let n = Node::new(true);
     let pipe = n.dir.path().join("mps/n1/gpu2");
     let commands = || std::fs::read_to_string(pipe.join("commands")).unwrap_or_default();
-    let a = job("61", 2, Some(50), "vit-infer");
-    let mut b = job("62", 2, Some(30), "vit-infer");
-    b.user = "bob";
-    b.uid = 1001;
-    let mut c = job("63", 2, Some(20), "vit-infer");
-    c.user = "bob";
-    c.uid = 1001;
-    n.ok("prolog", &a);
-    pause();
-    n.ok("prolog", &b);
-    // MPS serves one user per GPU: no server for bob; his job runs beside alice's server.
-    assert!(
-        !commands().contains("start_server -uid 1001"),
-        "{}",
-        commands()
-    );
-    let log = std::fs::read_to_string(n.dir.path().join("state/n1/helper.log")).expect("log");
+    // bob's job runs beside alice's server.
+    let (a, b, log) = alice_then_bob(&n);
+    let c = bobs(job("63", 2, Some(20), "vit-infer"));
     assert!(
         log.contains(
             "job 62 (uid 1001) landed on the MPS server of uid 1000 (jobs 61): it runs outside MPS"
         ),
         "{log}"
     );
-    let o = n
-        .cmd(&["task-prolog"])
-        .env("SLURM_JOB_ID", "62")
-        .env("SLURMD_NODENAME", "n1")
-        .env("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "30")
-        .output()
-        .expect("runs");
-    let out = String::from_utf8_lossy(&o.stdout);
+    let out = n.task_prolog("62", "30");
     let no_mps = n.dir.path().join("mps/n1/no-mps");
     assert_eq!(
         out,
@@ -525,14 +539,7 @@ fn a_second_users_mps_job_on_a_held_gpu_runs_outside_mps_and_is_told() {
         "{}",
         commands()
     );
-    let o = n
-        .cmd(&["task-prolog"])
-        .env("SLURM_JOB_ID", "63")
-        .env("SLURMD_NODENAME", "n1")
-        .env("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "20")
-        .output()
-        .expect("runs");
-    let out = String::from_utf8_lossy(&o.stdout);
+    let out = n.task_prolog("63", "20");
     assert!(
         out.contains(&format!(
             "export CUDA_MPS_PIPE_DIRECTORY={}\n",
@@ -566,33 +573,13 @@ fn a_second_users_mps_job_on_a_held_gpu_waits_and_is_told_where_the_site_says_so
     let n = Node::with(true, "other_user_share = \"wait\"");
     let pipe = n.dir.path().join("mps/n1/gpu2");
     let commands = || std::fs::read_to_string(pipe.join("commands")).unwrap_or_default();
-    let a = job("61", 2, Some(50), "vit-infer");
-    let mut b = job("62", 2, Some(30), "vit-infer");
-    b.user = "bob";
-    b.uid = 1001;
-    n.ok("prolog", &a);
-    pause();
-    n.ok("prolog", &b);
-    // MPS serves one user per GPU: no server for bob while alice's runs.
-    assert!(
-        !commands().contains("start_server -uid 1001"),
-        "{}",
-        commands()
-    );
-    let log = std::fs::read_to_string(n.dir.path().join("state/n1/helper.log")).expect("log");
+    let (a, b, log) = alice_then_bob(&n);
     assert!(
         log.contains("job 62 (uid 1001) landed on the MPS server of uid 1000 (jobs 61)"),
         "{log}"
     );
     // bob's job is told, in its own output, why its GPU work has not started.
-    let o = n
-        .cmd(&["task-prolog"])
-        .env("SLURM_JOB_ID", "62")
-        .env("SLURMD_NODENAME", "n1")
-        .env("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "30")
-        .output()
-        .expect("runs");
-    let out = String::from_utf8_lossy(&o.stdout);
+    let out = n.task_prolog("62", "30");
     assert!(
         out.contains("print heshare: GPU 2 is in MPS use by another user's jobs"),
         "{out}"

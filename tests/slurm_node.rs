@@ -285,10 +285,18 @@ fn output_of(c: &Cluster, rec: &Value, root_job: &str) -> String {
     c.read(&format!("out/{who}-{id}.out"))
 }
 
-/// The MPS commands the stand-in daemon of a record's GPU received.
-fn mps_commands(c: &Cluster, rec: &Value) -> String {
+/// The `start_server` commands the stand-in daemon of a record's GPU received, in order, and
+/// everything it received (for messages).
+fn servers_started(c: &Cluster, rec: &Value) -> (Vec<String>, String) {
     let gpu = rec["gpus"][0].as_u64().expect("gpu");
-    std::fs::read_to_string(c.dir.join(format!("run/mps/ht4/gpu{gpu}/commands"))).expect("commands")
+    let all = std::fs::read_to_string(c.dir.join(format!("run/mps/ht4/gpu{gpu}/commands")))
+        .expect("commands");
+    let started = all
+        .lines()
+        .filter(|l| l.starts_with("start_server"))
+        .map(str::to_owned)
+        .collect();
+    (started, all)
 }
 
 /// MPS serves one user per GPU, and Slurm does not keep users apart: when a share lands on a
@@ -344,11 +352,7 @@ fn a_second_users_mps_job_on_a_held_gpu_runs_outside_mps_at_once_and_is_told() {
         )) && log.contains("it runs outside MPS"),
         "{log}"
     );
-    let commands = mps_commands(&c, o);
-    let started: Vec<&str> = commands
-        .lines()
-        .filter(|l| l.starts_with("start_server"))
-        .collect();
+    let (started, commands) = servers_started(&c, o);
     assert_eq!(
         started,
         [format!("start_server -uid {}", h["uid"])],
@@ -394,11 +398,7 @@ fn a_second_users_mps_job_on_a_held_gpu_waits_when_the_site_says_so() {
         "{log}"
     );
     // The holder's server first, the waiting user's only after the holder's job ended.
-    let commands = mps_commands(&c, w);
-    let started: Vec<&str> = commands
-        .lines()
-        .filter(|l| l.starts_with("start_server"))
-        .collect();
+    let (started, commands) = servers_started(&c, w);
     assert_eq!(
         started,
         [

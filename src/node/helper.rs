@@ -882,36 +882,33 @@ impl<'a> NodeHelper<'a> {
                 me.waits_for_uid = waits;
                 me.outside_mps_beside_uid = other.filter(|_| outside);
             }
-            if let (Some(u), true) = (other, outside) {
-                outside_any = true;
+            if let Some(u) = other {
                 let theirs: Vec<&str> = gs
                     .jobs
                     .iter()
-                    .filter(|j| j.uid == u && j.waits_for_uid.is_none())
+                    .filter(|j| {
+                        j.uid == u
+                            && j.waits_for_uid.is_none()
+                            && j.outside_mps_beside_uid.is_none()
+                    })
                     .map(|j| j.job_id.as_str())
                     .collect();
+                let what = if outside {
+                    "it runs outside MPS, time-sliced with that server"
+                } else {
+                    "its GPU work waits until they end"
+                };
                 self.warnings.push(format!(
-                    "GPU {g}: job {} (uid {}) landed on the MPS server of uid {u} (jobs {}): it runs outside MPS, time-sliced with that server (MPS serves one user per GPU)",
+                    "GPU {g}: job {} (uid {}) landed on the MPS server of uid {u} (jobs {}): {what} (MPS serves one user per GPU)",
                     job.job_id,
                     job.uid,
                     theirs.join(",")
                 ));
-                continue;
-            }
-            if let Some(u) = waits {
+                if outside {
+                    outside_any = true;
+                    continue;
+                }
                 waits_any = true;
-                let theirs: Vec<&str> = gs
-                    .jobs
-                    .iter()
-                    .filter(|j| j.uid == u && j.waits_for_uid.is_none())
-                    .map(|j| j.job_id.as_str())
-                    .collect();
-                self.warnings.push(format!(
-                    "GPU {g}: job {} (uid {}) landed on the MPS server of uid {u} (jobs {}): its GPU work waits until they end (MPS serves one user per GPU)",
-                    job.job_id,
-                    job.uid,
-                    theirs.join(",")
-                ));
             }
             if managed {
                 let started = match waits {
