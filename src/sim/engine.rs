@@ -500,6 +500,13 @@ pub fn run(
             }
             continue;
         };
+        // A finish event a later rate change superseded is not an event: taking its time would
+        // move the clock (and the makespan and energy horizon) to a moment nothing happens at.
+        if let Event::Finish(j, v) = ev {
+            if st.jobs[j].version != v || st.jobs[j].finish_s.is_some() {
+                continue;
+            }
+        }
         st.now = t;
         let waiting_now: Vec<usize> = waiting.iter().copied().collect();
         if sched.tick(st, &waiting_now) {
@@ -514,10 +521,7 @@ pub fn run(
                     st.version += 1;
                 }
             }
-            Event::Finish(j, v) => {
-                if st.jobs[j].version != v || st.jobs[j].finish_s.is_some() {
-                    continue;
-                }
+            Event::Finish(j, _) => {
                 let freed_node = st.gpus[st.jobs[j].gpus[0]].node;
                 finish(st, sched, &mut r, j);
                 done += 1;
@@ -1164,6 +1168,74 @@ mod tests {
         assert!(
             native && (b - a - 1.0).abs() < 1.0,
             "the second user runs beside the first: {a} {b}"
+        );
+    }
+
+    /// Regression: a finish event superseded by a later rate change moved the clock when it
+    /// was popped, so the makespan (and every energy horizon after it) ended at a moment when
+    /// nothing happened.
+    #[test]
+    fn superseded_finish_events_do_not_move_the_clock() {
+        struct Shares;
+        impl Scheduler for Shares {
+            fn name(&self) -> &'static str {
+                "shares"
+            }
+            fn place(&mut self, st: &State<'_>, _j: usize) -> Option<Placement> {
+                (st.gpus[0].used_share(&st.jobs) + 50 <= 100).then(|| Placement {
+                    gpus: vec![0],
+                    share: SharePct::new(50).expect("50"),
+                    exclusive: false,
+                })
+            }
+        }
+        let (cfg, nodes, trace) = setup();
+        let world = World::new(&cfg);
+        let gpus = nodes.iter().map(|n| n.gpus as usize).sum();
+        let wl = WorkloadParams {
+            load: 0.5,
+            jobs: 2,
+            max_duration_s: 1000.0,
+            users: 1,
+            seed: 3,
+        };
+        let mut jobs = generate_jobs(&cfg, &world, &trace, gpus, wl);
+        let train = cfg
+            .classes
+            .iter()
+            .position(|c| c.name == "resnet18-train")
+            .expect("class");
+        for (k, j) in jobs.iter_mut().enumerate() {
+            j.class = train;
+            j.num_gpus = 1;
+            j.gpu_milli = 500;
+            j.pod.num_gpus = 1;
+            j.pod.gpu_milli = 500;
+            j.pod.cpu_milli = 0;
+            j.pod.memory_mib = 0;
+            j.user = 1;
+            j.truth.contention = 1.0;
+            // A long job, then a short one beside it: the long one slows while the short one
+            // runs (its first finish event is superseded by a later one), then speeds up again
+            // (and that later one is superseded by an earlier one).
+            j.submit_s = if k == 0 { 0.0 } else { 10.0 };
+            j.work_s = if k == 0 { 10_000.0 } else { 100.0 };
+        }
+        let mut st = build_state(&cfg, &nodes, jobs);
+        let m = run(&mut st, &world, &mut Shares, 600.0, |_| {});
+        let last = st
+            .jobs
+            .iter()
+            .map(|j| j.finish_s.expect("finished"))
+            .fold(0.0, f64::max);
+        assert!(
+            st.jobs[1].finish_s < st.jobs[0].finish_s,
+            "the short job ends first"
+        );
+        assert!(
+            (m.makespan_s - last).abs() < 1e-6,
+            "makespan {} but the last job ended at {last}",
+            m.makespan_s
         );
     }
 
