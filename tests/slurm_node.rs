@@ -233,18 +233,17 @@ fn two_users_on_one_gpu(
     std::fs::create_dir_all(&out).expect("mkdir");
     std::fs::set_permissions(&out, std::os::unix::fs::PermissionsExt::from_mode(0o1777))
         .expect("chmod");
-    let args = [
-        "--parsable",
-        "--gres=gpu:t4:1",
-        "--gpu-share=40",
-        "--gpu-class=vit-infer",
-        "--wrap",
-        "env | grep ^CUDA_MPS_ | sort; sleep 4",
-    ];
-    let submit = |who: &str, uid: Option<u32>| {
+    let submit = |who: &str, uid: Option<u32>, secs: u32| {
         let mut cmd = Command::new("sbatch");
         cmd.args(["-o", &format!("{}/{who}-%j.out", out.display())])
-            .args(args)
+            .args([
+                "--parsable",
+                "--gres=gpu:t4:1",
+                "--gpu-share=40",
+                "--gpu-class=vit-infer",
+                "--wrap",
+                &format!("env | grep ^CUDA_MPS_ | sort; sleep {secs}"),
+            ])
             .env("SLURM_CONF", c.conf())
             .current_dir(&out);
         if let Some(u) = uid {
@@ -254,8 +253,17 @@ fn two_users_on_one_gpu(
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         String::from_utf8_lossy(&o.stdout).trim().to_owned()
     };
-    let root_job = submit("root", None);
-    let nobody_job = submit("nobody", Some(65534));
+    // root's job holds the GPU's MPS server (its script runs, so its Prolog is done) before
+    // nobody's is submitted, and nobody's outlives it: which job holds and which ends first is
+    // then not a race between two Prologs and two Epilogs.
+    let root_job = submit("root", None, 4);
+    let root_out = out.join(format!("root-{root_job}.out"));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while std::fs::metadata(&root_out).map_or(true, |m| m.len() == 0) {
+        assert!(Instant::now() < deadline, "root's job {root_job} never ran");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let nobody_job = submit("nobody", Some(65534), 6);
     for j in [&root_job, &nobody_job] {
         c.wait_done(j);
     }
