@@ -1090,27 +1090,35 @@ mod tests {
         assert!(m.violations > 100, "{} of 200", m.violations);
     }
 
-    /// Two users' shares on one GPU through MPS: the second user's job holds its share but makes
-    /// no progress until the first user's job has left (one MPS server per GPU at a time).
-    #[test]
-    fn mps_serves_one_user_at_a_time_for_every_scheduler() {
-        /// Both jobs on GPU 0; `.0`: a share beside another user's server runs outside MPS.
-        struct OneGpu(bool);
-        impl Scheduler for OneGpu {
-            fn name(&self) -> &'static str {
-                "one-gpu"
-            }
-            fn place(&mut self, st: &State<'_>, _j: usize) -> Option<Placement> {
-                (st.gpus[0].used_share(&st.jobs) + 40 <= 100).then(|| Placement {
-                    gpus: vec![0],
-                    share: SharePct::new(40).expect("40"),
-                    exclusive: false,
-                })
-            }
-            fn time_slices_other_users(&self) -> bool {
-                self.0
-            }
+    /// Every job on GPU 0 with a share of `share` percent while it has room; `time_slice`: a
+    /// share beside another user's server runs outside MPS (heshare's node helper).
+    struct OnGpu0 {
+        share: u8,
+        time_slice: bool,
+    }
+
+    impl Scheduler for OnGpu0 {
+        fn name(&self) -> &'static str {
+            "on-gpu0"
         }
+        fn place(&mut self, st: &State<'_>, _j: usize) -> Option<Placement> {
+            (st.gpus[0].used_share(&st.jobs) + u32::from(self.share) <= 100).then(|| Placement {
+                gpus: vec![0],
+                share: SharePct::new(self.share).expect("a percentage"),
+                exclusive: false,
+            })
+        }
+        fn time_slices_other_users(&self) -> bool {
+            self.time_slice
+        }
+    }
+
+    /// Two one-GPU jobs of `class` asking `milli` of a GPU and nothing of the host, on the small
+    /// cluster: the cluster, its world and the jobs, for a test to time as it needs.
+    fn two_shares_on_gpu0(
+        class: &str,
+        milli: u32,
+    ) -> (Config, Vec<crate::cluster::Node>, World, Vec<SimJob>) {
         let (cfg, nodes, trace) = setup();
         let world = World::new(&cfg);
         let gpus = nodes.iter().map(|n| n.gpus as usize).sum();
@@ -1122,19 +1130,30 @@ mod tests {
             seed: 3,
         };
         let mut jobs = generate_jobs(&cfg, &world, &trace, gpus, wl);
-        let vit = cfg
+        let class = cfg
             .classes
             .iter()
-            .position(|c| c.name == "vit-infer")
-            .expect("vit");
-        for (k, j) in jobs.iter_mut().enumerate() {
-            j.class = vit;
+            .position(|c| c.name == class)
+            .expect("class");
+        for j in &mut jobs {
+            j.class = class;
             j.num_gpus = 1;
-            j.gpu_milli = 300;
+            j.gpu_milli = milli;
             j.pod.num_gpus = 1;
-            j.pod.gpu_milli = 300;
+            j.pod.gpu_milli = milli;
             j.pod.cpu_milli = 0;
             j.pod.memory_mib = 0;
+        }
+        (cfg, nodes, world, jobs)
+    }
+
+    /// Two users' shares on one GPU through MPS: the second user's job holds its share but makes
+    /// no progress until the first user's job has left (one MPS server per GPU at a time), unless
+    /// the scheduler's node helper runs it outside MPS, time-sliced, at once.
+    #[test]
+    fn mps_serves_one_user_at_a_time_for_every_scheduler() {
+        let (cfg, nodes, world, mut jobs) = two_shares_on_gpu0("vit-infer", 300);
+        for (k, j) in jobs.iter_mut().enumerate() {
             j.truth.demand = 0.1;
             j.submit_s = k as f64;
             j.work_s = 1000.0;
@@ -1144,7 +1163,11 @@ mod tests {
             js[0].user = users[0];
             js[1].user = users[1];
             let mut st = build_state(&cfg, &nodes, js);
-            run(&mut st, &world, &mut OneGpu(time_slice), 600.0, |_| {});
+            let mut sched = OnGpu0 {
+                share: 40,
+                time_slice,
+            };
+            run(&mut st, &world, &mut sched, 600.0, |_| {});
             (
                 st.jobs[0].finish_s.expect("done"),
                 st.jobs[1].finish_s.expect("done"),
@@ -1176,43 +1199,8 @@ mod tests {
     /// nothing happened.
     #[test]
     fn superseded_finish_events_do_not_move_the_clock() {
-        struct Shares;
-        impl Scheduler for Shares {
-            fn name(&self) -> &'static str {
-                "shares"
-            }
-            fn place(&mut self, st: &State<'_>, _j: usize) -> Option<Placement> {
-                (st.gpus[0].used_share(&st.jobs) + 50 <= 100).then(|| Placement {
-                    gpus: vec![0],
-                    share: SharePct::new(50).expect("50"),
-                    exclusive: false,
-                })
-            }
-        }
-        let (cfg, nodes, trace) = setup();
-        let world = World::new(&cfg);
-        let gpus = nodes.iter().map(|n| n.gpus as usize).sum();
-        let wl = WorkloadParams {
-            load: 0.5,
-            jobs: 2,
-            max_duration_s: 1000.0,
-            users: 1,
-            seed: 3,
-        };
-        let mut jobs = generate_jobs(&cfg, &world, &trace, gpus, wl);
-        let train = cfg
-            .classes
-            .iter()
-            .position(|c| c.name == "resnet18-train")
-            .expect("class");
+        let (cfg, nodes, world, mut jobs) = two_shares_on_gpu0("resnet18-train", 500);
         for (k, j) in jobs.iter_mut().enumerate() {
-            j.class = train;
-            j.num_gpus = 1;
-            j.gpu_milli = 500;
-            j.pod.num_gpus = 1;
-            j.pod.gpu_milli = 500;
-            j.pod.cpu_milli = 0;
-            j.pod.memory_mib = 0;
             j.user = 1;
             j.truth.contention = 1.0;
             // A long job, then a short one beside it: the long one slows while the short one
@@ -1222,7 +1210,11 @@ mod tests {
             j.work_s = if k == 0 { 10_000.0 } else { 100.0 };
         }
         let mut st = build_state(&cfg, &nodes, jobs);
-        let m = run(&mut st, &world, &mut Shares, 600.0, |_| {});
+        let mut sched = OnGpu0 {
+            share: 50,
+            time_slice: false,
+        };
+        let m = run(&mut st, &world, &mut sched, 600.0, |_| {});
         let last = st
             .jobs
             .iter()

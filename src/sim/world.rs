@@ -651,31 +651,32 @@ impl World {
                 1.0
             };
             let got = max_min_fair(&needs, capacity);
-            // The server's clients run only while their context has the GPU.
-            let f0 = if needs[0] > 0.0 {
-                got[0] / needs[0]
-            } else {
-                1.0
+            // Of the GPU time context `c` would use, the part it gets.
+            let part = |c: usize| {
+                if needs[c] > 0.0 {
+                    got[c] / needs[c]
+                } else {
+                    1.0
+                }
             };
+            // A job whose context gets `f` of its time: training slows in proportion, a service
+            // keeps pace until its load on that time exceeds one.
+            let sliced = |class: usize, rate: f64, load: f64, f: f64| match self.kinds[class] {
+                JobKind::Training => rate * f,
+                JobKind::Inference => 1.0 / (load / f.max(1e-12)).max(1.0),
+            };
+            // The server's clients run only while their context has the GPU.
+            let f0 = part(0);
             for (k, o) in occ.iter().enumerate() {
-                if o.runs != Runs::Mps {
-                    continue;
+                if o.runs == Runs::Mps {
+                    group.rate[k] = sliced(o.class, group.rate[k], group.load[k], f0);
+                    group.draw[k] *= f0;
                 }
-                match self.kinds[o.class] {
-                    JobKind::Training => group.rate[k] *= f0,
-                    JobKind::Inference => {
-                        group.rate[k] = 1.0 / (group.load[k] / f0.max(1e-12)).max(1.0);
-                    }
-                }
-                group.draw[k] *= f0;
             }
             for (i, &k) in natives.iter().enumerate() {
-                let (rate, load, draw, need) = alone[i];
-                let f = if need > 0.0 { got[i + 1] / need } else { 1.0 };
-                group.rate[k] = match self.kinds[occ[k].class] {
-                    JobKind::Training => rate * f,
-                    JobKind::Inference => 1.0 / (load / f.max(1e-12)).max(1.0),
-                };
+                let (rate, load, draw, _) = alone[i];
+                let f = part(i + 1);
+                group.rate[k] = sliced(occ[k].class, rate, load, f);
                 group.draw[k] = draw * f;
             }
             group.busy = got.iter().sum::<f64>().min(1.0);
