@@ -234,35 +234,33 @@ pub fn table(s: &Summary) -> String {
     if s.backends.iter().any(|b| b == "model") {
         notes.push("records from the MODEL backend: modelled, not measured, energy".to_owned());
     }
-    if s.incomplete_jobs > 0 {
-        notes.push(format!(
-            "{} job(s) without a Prolog record: their energy is partial",
-            s.incomplete_jobs
-        ));
-    }
-    if s.modelled_splits > 0 {
-        notes.push(format!(
-            "{} job(s) on shared GPUs were split by the power model and their declared class, not (only) by measured per-process work (records say \"basis\")",
-            s.modelled_splits
-        ));
-    }
-    if s.mps_waits > 0 {
-        notes.push(format!(
-            "{} job(s) waited for another user's MPS server (records say \"mps_wait_s\")",
-            s.mps_waits
-        ));
-    }
-    if s.outside_mps > 0 {
-        notes.push(format!(
-            "{} job(s) ran outside MPS, time-sliced beside another user's MPS server: their shares were held, not enforced (records say \"outside_mps\")",
-            s.outside_mps
-        ));
-    }
-    if s.counter_resets > 0 {
-        notes.push(format!(
-            "{} job(s) saw an energy counter reset (driver reload): their energy is low",
-            s.counter_resets
-        ));
+    // Counts of jobs whose energy a reader must take with a caveat, each with the caveat.
+    let caveats = [
+        (
+            s.incomplete_jobs,
+            "without a Prolog record: their energy is partial",
+        ),
+        (
+            s.modelled_splits,
+            "on shared GPUs were split by the power model and their declared class, not (only) by measured per-process work (records say \"basis\")",
+        ),
+        (
+            s.mps_waits,
+            "waited for another user's MPS server (records say \"mps_wait_s\")",
+        ),
+        (
+            s.outside_mps,
+            "ran outside MPS, time-sliced beside another user's MPS server: their shares were held, not enforced (records say \"outside_mps\")",
+        ),
+        (
+            s.counter_resets,
+            "saw an energy counter reset (driver reload): their energy is low",
+        ),
+    ];
+    for (n, what) in caveats {
+        if n > 0 {
+            notes.push(format!("{n} job(s) {what}"));
+        }
     }
     for n in notes {
         let _ = writeln!(out, "note: {n}");
