@@ -873,7 +873,7 @@ impl<'a> NodeHelper<'a> {
         let mut outside_any = false;
         for &g in joined {
             let gs = run.st.gpus.get(&g).expect("joined");
-            let holder = mps_holder(&gs.jobs, &job.job_id);
+            let holder = mps_holder(&gs.jobs, Some(&job.job_id));
             let other = holder.filter(|&u| u != job.uid);
             let outside = other.is_some() && self.may_time_slice(run, g);
             let waits = other.filter(|_| !outside);
@@ -886,11 +886,7 @@ impl<'a> NodeHelper<'a> {
                 let theirs: Vec<&str> = gs
                     .jobs
                     .iter()
-                    .filter(|j| {
-                        j.uid == u
-                            && j.waits_for_uid.is_none()
-                            && j.outside_mps_beside_uid.is_none()
-                    })
+                    .filter(|j| j.uid == u && is_mps_client(j))
                     .map(|j| j.job_id.as_str())
                     .collect();
                 let what = if outside {
@@ -994,7 +990,7 @@ impl<'a> NodeHelper<'a> {
     fn promote_waiting(&mut self, run: &mut Run, g: u32) -> Result<(), MpsError> {
         let now = run.now;
         let gs = run.st.gpus.get_mut(&g).expect("present");
-        if mps_holder(&gs.jobs, "").is_some() {
+        if mps_holder(&gs.jobs, None).is_some() {
             return Ok(());
         }
         let Some(next) = gs
@@ -1321,15 +1317,16 @@ fn tenant<'c>(cfg: &'c Config, j: &JobOnGpu, fallback: &'c JobClass) -> Tenant<'
 
 /// The uid of the GPU's MPS user: that of a share (other than job `except`) that is neither
 /// waiting for nor running beside another user's server.
-fn mps_holder(jobs: &[JobOnGpu], except: &str) -> Option<u32> {
+fn mps_holder(jobs: &[JobOnGpu], except: Option<&str>) -> Option<u32> {
     jobs.iter()
-        .find(|j| {
-            j.job_id != except
-                && j.share_pct.is_some()
-                && j.waits_for_uid.is_none()
-                && j.outside_mps_beside_uid.is_none()
-        })
+        .find(|j| Some(j.job_id.as_str()) != except && is_mps_client(j))
         .map(|j| j.uid)
+}
+
+/// A share the GPU's MPS server serves now: neither waiting for another user's server nor
+/// running outside MPS beside one.
+fn is_mps_client(j: &JobOnGpu) -> bool {
+    j.share_pct.is_some() && j.waits_for_uid.is_none() && j.outside_mps_beside_uid.is_none()
 }
 
 /// The jobs whose GPU work can run: all but those waiting for another user's MPS server.
