@@ -28,6 +28,12 @@ fi
 failed=0
 step() { echo; echo "== $*"; }
 bad() { echo "!! $*"; failed=1; }
+# The environment slurmd gives a job's Prolog on GPU 0 of node gpucheck, one VAR=value a line:
+# prolog_env JOBID USER UID SHARE_PCT CLASS
+prolog_env() {
+  printf '%s\n' "SLURM_JOB_ID=$1" "SLURM_JOB_USER=$2" "SLURM_JOB_UID=$3" SLURMD_NODENAME=gpucheck \
+    SLURM_JOB_GPUS=0 "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=$4" "SPANK_HESHARE_CLASS=$5"
+}
 work=$(mktemp -d /tmp/heshare-gpu-check.XXXXXX); export work
 trap 'echo quit | CUDA_MPS_PIPE_DIRECTORY=$work/mps-pipe nvidia-cuda-mps-control >/dev/null 2>&1; rm -rf "$work"' EXIT
 
@@ -107,8 +113,7 @@ gpu_type=$("$bin" node gpus 2>/dev/null | sed -n 's/^GPU 0: .*(catalog: \([a-z0-
     "$work/state" "$work/accounting.jsonl" "$(command -v nvidia-cuda-mps-control || echo /usr/bin/nvidia-cuda-mps-control)" \
     "$work/run-mps" "$work/log-mps" "$gpu_type"; } > "$work/heshare.toml"
 export HESHARE_CONFIG=$work/heshare.toml
-job_env=(SLURM_JOB_ID=900001 SLURM_JOB_USER=root SLURM_JOB_UID=0 SLURMD_NODENAME=gpucheck
-         SLURM_JOB_GPUS=0 CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=30 SPANK_HESHARE_CLASS=vit-infer)
+mapfile -t job_env < <(prolog_env 900001 root 0 30 vit-infer)
 t0=$(date +%s%N)
 env "${job_env[@]}" "$bin" prolog || bad "prolog failed"
 echo "prolog took $(( ($(date +%s%N) - t0) / 1000000 )) ms"
@@ -138,10 +143,8 @@ in_job_cgroup() {  # JOBID COMMAND...
     "$@"
   fi
 }
-busy_env=(SLURM_JOB_ID=900002 SLURM_JOB_USER=root SLURM_JOB_UID=0 SLURMD_NODENAME=gpucheck
-          SLURM_JOB_GPUS=0 CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50 SPANK_HESHARE_CLASS=vit-infer)
-idle_env=(SLURM_JOB_ID=900003 SLURM_JOB_USER=root SLURM_JOB_UID=0 SLURMD_NODENAME=gpucheck
-          SLURM_JOB_GPUS=0 CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50 SPANK_HESHARE_CLASS=bert-train)
+mapfile -t busy_env < <(prolog_env 900002 root 0 50 vit-infer)
+mapfile -t idle_env < <(prolog_env 900003 root 0 50 bert-train)
 env "${busy_env[@]}" "$bin" prolog || bad "prolog (busy) failed"
 env "${idle_env[@]}" "$bin" prolog || bad "prolog (idle) failed"
 ex_busy=$(env "${busy_env[@]}" "$bin" task-prolog)
@@ -171,10 +174,8 @@ step "another user's share beside root's MPS server: outside MPS, time-sliced"
 echo "compute mode: $(nvidia-smi --query-gpu=compute_mode --format=csv,noheader -i 0)"
 chmod 0711 "$work"
 [ -f "$work/spin" ] && chmod 0755 "$work/spin"
-a_env=(SLURM_JOB_ID=900004 SLURM_JOB_USER=root SLURM_JOB_UID=0 SLURMD_NODENAME=gpucheck
-       SLURM_JOB_GPUS=0 CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50 SPANK_HESHARE_CLASS=bert-train)
-b_env=(SLURM_JOB_ID=900005 SLURM_JOB_USER=nobody SLURM_JOB_UID=65534 SLURMD_NODENAME=gpucheck
-       SLURM_JOB_GPUS=0 CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50 SPANK_HESHARE_CLASS=bert-train)
+mapfile -t a_env < <(prolog_env 900004 root 0 50 bert-train)
+mapfile -t b_env < <(prolog_env 900005 nobody 65534 50 bert-train)
 env "${a_env[@]}" "$bin" prolog || bad "prolog (root) failed"
 env "${b_env[@]}" "$bin" prolog || bad "prolog (nobody) failed"
 ex_a=$(env "${a_env[@]}" "$bin" task-prolog)
