@@ -7,6 +7,14 @@
 //!
 //! Without headers the library, the CLI and the simulator still build; the build says which
 //! Debian package brings the headers, and the crate reports "built without Slurm headers".
+//!
+//! Headers that appear, disappear or change version later must re-run this script, and a file's
+//! mtime cannot tell: dpkg gives installed files the package's own (old) mtime, older than the
+//! last build, so `rerun-if-changed` on `slurm.h` alone saw nothing when `libslurm-dev` was
+//! installed after a first build (issue 19). A directory's own mtime moves whenever an entry is
+//! created, renamed or removed in it, and cargo counts it for a watched directory: so the script
+//! watches `INCLUDE/slurm` where it exists, and `INCLUDE` itself (where `slurm/` would appear)
+//! where it does not.
 
 use std::path::PathBuf;
 
@@ -14,15 +22,18 @@ fn main() {
     println!("cargo:rerun-if-env-changed=SLURM_INCLUDE_DIR");
     println!("cargo:rustc-check-cfg=cfg(slurm_headers)");
     println!("cargo:rustc-check-cfg=cfg(slurm_job_modify_err_msg)");
-    let dirs: Vec<PathBuf> = std::env::var_os("SLURM_INCLUDE_DIR")
-        .map(PathBuf::from)
-        .into_iter()
-        .chain([PathBuf::from("/usr/include")])
-        .collect();
+    // SLURM_INCLUDE_DIR names the Slurm to build against: only it is searched, so a wrong value
+    // is an error an admin sees rather than a silent build against another Slurm.
+    let dirs: Vec<PathBuf> = match std::env::var_os("SLURM_INCLUDE_DIR") {
+        Some(d) => vec![PathBuf::from(d)],
+        None => vec![PathBuf::from("/usr/include")],
+    };
+    for dir in &dirs {
+        watch(dir);
+    }
     for dir in &dirs {
         let header = dir.join("slurm").join("slurm.h");
         let version_header = dir.join("slurm").join("slurm_version.h");
-        println!("cargo:rerun-if-changed={}", header.display());
         let Ok(text) =
             std::fs::read_to_string(&version_header).or_else(|_| std::fs::read_to_string(&header))
         else {
@@ -74,6 +85,20 @@ fn main() {
             .collect::<Vec<_>>()
             .join(", ")
     );
+}
+
+/// Asks cargo to re-run this script when headers under `dir` appear, disappear or change (see
+/// the module doc for why directories rather than files).
+fn watch(dir: &std::path::Path) {
+    let slurm = dir.join("slurm");
+    if slurm.is_dir() {
+        // Cargo takes the newest mtime of the directory and everything in it.
+        println!("cargo:rerun-if-changed={}", slurm.display());
+    } else {
+        // Where `slurm/` would be created. A missing path makes cargo re-run the script on every
+        // build, which is what a missing include directory should do.
+        println!("cargo:rerun-if-changed={}", dir.display());
+    }
 }
 
 /// Rust layouts of the Slurm client structs the snapshot thread reads, from these headers. Only

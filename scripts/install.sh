@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds heshare and installs it under a prefix, then prints the Slurm configuration lines.
 #
-#   scripts/install.sh [PREFIX]        (default /opt/heshare)
+#   scripts/install.sh [PREFIX]             (default /opt/heshare)
+#   scripts/install.sh --check-plugin LIB   whether slurmctld could load LIB as job_submit/heshare
 #
 # Installs PREFIX/bin/heshare, PREFIX/lib/job_submit_heshare.so (the job_submit plugin),
 # PREFIX/lib/spank_heshare.so (the SPANK plugin for the sbatch/srun/salloc options), the node
@@ -10,6 +11,24 @@
 # timer's systemd units (PREFIX/share/heshare/systemd/heshare-sample.{service,timer}). Needs the Slurm
 # headers of the Slurm it will run in (Debian: libslurm-dev): the plugin is built against them.
 set -euo pipefail
+
+# A library built without the Slurm headers has none of the symbols slurmctld's plugin loader
+# looks for ("Plugin name/type/version symbol missing", then a fatal at slurmctld's start): it is
+# never installed, whatever the build did.
+check_plugin() { # LIB
+  command -v nm >/dev/null \
+    || { echo "install: nm not found (Debian: binutils): cannot check $1's plugin symbols" >&2; return 1; }
+  local sym
+  for sym in plugin_name plugin_type plugin_version job_submit; do
+    nm -D --defined-only "$1" 2>/dev/null | awk '{print $NF}' | grep -qx "$sym" \
+      || { echo "install: $1 was built without Slurm headers (it lacks the symbol $sym that slurmctld needs): install libslurm-dev and libclang-dev, then run scripts/install.sh again" >&2; return 1; }
+  done
+}
+if [ "${1:-}" = --check-plugin ]; then
+  [ -n "${2:-}" ] && [ -f "$2" ] || { echo "usage: $0 --check-plugin LIB (a file)" >&2; exit 2; }
+  check_plugin "$2" && echo "install: $2 carries the job_submit plugin's symbols"
+  exit
+fi
 prefix=${1:-/opt/heshare}
 cd "$(dirname "$0")/.."
 [ -e /usr/include/slurm/slurm.h ] || [ -n "${SLURM_INCLUDE_DIR:-}" ] \
@@ -18,12 +37,14 @@ cd "$(dirname "$0")/.."
 ls /usr/lib/llvm-*/lib/libclang*.so* /usr/lib/x86_64-linux-gnu/libclang*.so* >/dev/null 2>&1 \
   || { echo "install: libclang not found: install libclang-dev (bindgen reads the Slurm headers with it)" >&2; exit 1; }
 cargo build --release --locked
+lib=target/release/libheshare.so
+check_plugin "$lib" || exit 1
 install -d "$prefix/bin" "$prefix/lib" "$prefix/libexec"
 install -m 0755 target/release/heshare "$prefix/bin/heshare"
 for hook in prolog epilog task-prolog; do
   ln -sfn ../bin/heshare "$prefix/libexec/heshare-$hook"
 done
-install -m 0755 target/release/libheshare.so "$prefix/lib/job_submit_heshare.so"
+install -m 0755 "$lib" "$prefix/lib/job_submit_heshare.so"
 cc -shared -fPIC -O2 -o "$prefix/lib/spank_heshare.so" c_shim/spank_heshare.c
 install -d "$prefix/share/heshare/systemd"
 sed "s|/opt/heshare/bin/heshare|$prefix/bin/heshare|" slurm-conf/heshare-sample.service \

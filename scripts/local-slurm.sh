@@ -126,6 +126,8 @@ CONF
   [ -n "${HESHARE_SLURMCTLD_PARAMETERS:-}" ] && printf 'SlurmctldParameters=%s\n' "$HESHARE_SLURMCTLD_PARAMETERS" >> "$conf"
   if [ -n "${HESHARE_PLUGIN:-}" ]; then
     [ -f "$HESHARE_PLUGIN" ] || die "HESHARE_PLUGIN=$HESHARE_PLUGIN is not a file"
+    nm -D --defined-only "$HESHARE_PLUGIN" | awk '{print $NF}' | grep -qx plugin_version \
+      || die "$HESHARE_PLUGIN was built without Slurm headers (no plugin_version symbol): install libslurm-dev and rebuild"
     local sys
     sys=$(dirname "$(find /usr/lib -name select_cons_tres.so -print -quit)")
     install -d "$dir/lib"

@@ -36,6 +36,42 @@ pub fn plugin_path() -> PathBuf {
     bin.parent().expect("target dir").join("libheshare.so")
 }
 
+/// The symbols slurmctld's plugin loader needs that `nm -D` finds missing from `lib`.
+pub fn missing_plugin_symbols(lib: &Path) -> Vec<&'static str> {
+    let o = Command::new("nm")
+        .args(["-D", "--defined-only"])
+        .arg(lib)
+        .output()
+        .unwrap_or_else(|e| panic!("nm (binutils) runs: {e}"));
+    assert!(
+        o.status.success(),
+        "nm -D {}: {}",
+        lib.display(),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let out = String::from_utf8_lossy(&o.stdout);
+    let defined: Vec<&str> = out
+        .lines()
+        .filter_map(|l| l.split_whitespace().last())
+        .collect();
+    ["plugin_name", "plugin_type", "plugin_version", "job_submit"]
+        .into_iter()
+        .filter(|s| !defined.contains(s))
+        .collect()
+}
+
+/// Fails a live test at once, with what to do, when the plugin it would load was built without
+/// Slurm headers (slurmctld would only say "Plugin name/type/version symbol missing", fatal).
+pub fn require_plugin(lib: &Path) {
+    let missing = missing_plugin_symbols(lib);
+    assert!(
+        missing.is_empty(),
+        "{} was built without Slurm headers (missing {}): install libslurm-dev and rebuild",
+        lib.display(),
+        missing.join(", ")
+    );
+}
+
 impl Cluster {
     /// Starts a cluster named `tag` (its own directory and ports) with extra environment for the
     /// script (e.g. HESHARE_PLUGIN). Returns the script's output on failure.
@@ -46,6 +82,9 @@ impl Cluster {
             "0",
             "live Slurm tests need root (run bash .ci/run)"
         );
+        if let Some((_, lib)) = env.iter().find(|(k, _)| *k == "HESHARE_PLUGIN") {
+            require_plugin(Path::new(lib));
+        }
         let pid = std::process::id();
         let dir = std::env::temp_dir().join(format!("heshare-slurm-test-{tag}-{pid}"));
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/local-slurm.sh");
