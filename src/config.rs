@@ -219,6 +219,19 @@ pub enum OtherUserShare {
     Wait,
 }
 
+/// Whether the node helper may change GPU settings (locked SM clocks, NVML accounting mode).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum GpuSettings {
+    /// Lock the clock the sharing optimizer picks, reset it when the GPU empties, and turn NVML
+    /// accounting mode on for the measured energy split.
+    Manage,
+    /// Change nothing on the GPU: the clock the optimizer would lock is only logged, the energy
+    /// split uses NVML accounting only where someone else turned it on (else the model). For a
+    /// card the site does not own (a shared test machine) or a site that sets clocks itself.
+    ReadOnly,
+}
+
 /// `[node]`: where the node helper (Prolog/Epilog/TaskProlog) keeps its state and logs.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -249,6 +262,13 @@ pub struct NodeSettings {
     /// An MPS share that lands beside another user's MPS server: run it time-sliced outside
     /// MPS at once, or let it wait for that user's jobs to end.
     pub other_user_share: OtherUserShare,
+    /// `manage` (default) or `read-only`: see [`GpuSettings`].
+    pub gpu_settings: GpuSettings,
+    /// Directories given to the MPS control daemon as its `LD_LIBRARY_PATH`, for a driver whose
+    /// libraries the dynamic loader does not find by itself (a driver mounted into a container
+    /// under `/usr/local/nvidia/lib64`). Absolute, root-owned and writable by no one else, checked
+    /// before every use: the daemon runs as root. Empty: no `LD_LIBRARY_PATH`.
+    pub mps_library_path: Vec<PathBuf>,
 }
 
 impl Default for NodeSettings {
@@ -265,6 +285,8 @@ impl Default for NodeSettings {
             gpu_type: None,
             node_gpu_types: BTreeMap::new(),
             other_user_share: OtherUserShare::TimeSlice,
+            gpu_settings: GpuSettings::Manage,
+            mps_library_path: Vec::new(),
         }
     }
 }
@@ -789,6 +811,14 @@ fn validate_node(n: &NodeSettings, gpu_types: &[GpuType], errs: &mut Problems) {
                 "\"{}\" must be an absolute path (the helper runs from slurmd's directory)",
                 path.display()
             ),
+        );
+    }
+    for (k, dir) in n.mps_library_path.iter().enumerate() {
+        check(
+            errs,
+            dir.is_absolute(),
+            format!("node.mps_library_path[{k}]"),
+            format!("\"{}\" must be an absolute path", dir.display()),
         );
     }
     check(

@@ -970,3 +970,127 @@ fn nothing_is_written_through_a_symlink_and_nothing_is_lost() {
     assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
     n.assert_settled(&[&a, &noted]);
 }
+
+fn helper_log(n: &Node) -> String {
+    std::fs::read_to_string(n.dir.path().join("state/n1/helper.log")).unwrap_or_default()
+}
+
+/// Regression (issue 20): when the last job left a GPU whose driver refused to reset the locked
+/// clock, the Epilog failed in the clock step, before it stopped the MPS daemon and before the
+/// record reached the log. A refused reset is a warning, on the record too; the daemon stops;
+/// every later hook tries the reset again, and `node repair` finishes it once the driver lets it.
+#[test]
+fn a_refused_clock_reset_costs_no_record_and_leaves_no_daemon() {
+    let n = Node::new(true);
+    let pipe = n.dir.path().join("mps/n1/gpu0");
+    let a = job("91", 0, Some(40), "vit-infer");
+    n.ok("prolog", &a);
+    let locked = n.status()["gpus"][0]["backend_locked_mhz"].as_u64();
+    assert!(
+        locked.is_some_and(|m| m < 1410),
+        "the optimizer locked a clock: {locked:?}"
+    );
+    assert!(pipe.join("control").exists(), "daemon up");
+    edit_model(&n, |m| m["0"]["refuse_reset"] = Value::Bool(true));
+    let o = n.hook("epilog", &a);
+    assert!(
+        o.status.success(),
+        "a refused reset failed the Epilog: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let recs = n.records();
+    let rec = recs
+        .iter()
+        .find(|r| r["kind"] == "job" && r["job_id"] == "91")
+        .unwrap_or_else(|| panic!("the record is in the log now: {recs:#?}"));
+    let notes = rec["notes"].to_string();
+    assert!(notes.contains("refused"), "the record says so: {rec:#}");
+    assert!(helper_log(&n).contains("refused"), "{}", helper_log(&n));
+    assert!(!pipe.join("control").exists(), "the daemon was stopped");
+    assert_eq!(n.status()["pending_records"], 0);
+    // Still locked, and known to be: the next hook (here: repair) tries again.
+    let st = n.status();
+    assert_eq!(st["gpus"][0]["locked_mhz"].as_u64(), locked, "{st:#}");
+    let o = n
+        .cmd(&["node", "repair", "--node", "n1"])
+        .output()
+        .expect("runs");
+    assert!(
+        o.status.success(),
+        "repair with the reset still refused: {o:?}"
+    );
+    edit_model(&n, |m| m["0"]["refuse_reset"] = Value::Bool(false));
+    let o = n
+        .cmd(&["node", "repair", "--node", "n1"])
+        .output()
+        .expect("runs");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    n.assert_settled(&[&a]);
+}
+
+/// `[node] gpu_settings = "read-only"`: the helper accounts, runs MPS and says which clock it
+/// would lock, but changes nothing on the GPU.
+#[test]
+fn read_only_gpu_settings_lock_nothing_and_say_what_they_would_have_set() {
+    let n = Node::with(true, "gpu_settings = \"read-only\"");
+    let a = job("95", 0, None, "bert-train");
+    let b = job("96", 1, Some(40), "vit-infer");
+    n.ok("prolog", &a);
+    n.ok("prolog", &b);
+    let st = n.status();
+    for g in st["gpus"].as_array().expect("gpus") {
+        assert!(
+            g["backend_locked_mhz"].is_null(),
+            "a clock was locked: {g:#}"
+        );
+        assert!(g["locked_mhz"].is_null(), "{g:#}");
+    }
+    assert!(
+        helper_log(&n).contains("read-only\": would lock"),
+        "{}",
+        helper_log(&n)
+    );
+    n.ok("epilog", &a);
+    n.ok("epilog", &b);
+    n.assert_settled(&[&a, &b]);
+    for r in n.records().iter().filter(|r| r["kind"] == "job") {
+        assert_eq!(r["clock_control"], Value::Bool(false), "{r:#}");
+    }
+}
+
+/// `[node] mps_library_path` reaches the MPS daemon as its `LD_LIBRARY_PATH` (a driver only the
+/// site's path finds), and a directory others could write to is refused before anything runs.
+#[test]
+fn the_mps_daemon_gets_the_library_path_the_site_names_and_only_a_safe_one() {
+    use std::os::unix::fs::PermissionsExt;
+    let site = tempfile::tempdir().expect("tempdir");
+    let libs = site.path().join("driver-libs");
+    std::fs::create_dir(&libs).expect("mkdir");
+    std::fs::set_permissions(&libs, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let n = Node::with(
+        true,
+        &format!("mps_library_path = [\"{}\"]", libs.display()),
+    );
+    let pipe = n.dir.path().join("mps/n1/gpu0");
+    let a = job("97", 0, Some(50), "vit-infer");
+    n.ok("prolog", &a);
+    let env = std::fs::read_to_string(pipe.join("daemon.env")).expect("daemon env");
+    assert!(
+        env.contains(&format!("LD_LIBRARY_PATH={}\n", libs.display())),
+        "{env}"
+    );
+    n.ok("epilog", &a);
+    n.assert_settled(&[&a]);
+    std::fs::set_permissions(&libs, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+    let b = job("98", 0, Some(50), "vit-infer");
+    let o = n.hook("prolog", &b);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success(),
+        "a library directory anyone may write to was used"
+    );
+    assert!(
+        err.contains("mps_library_path") && err.contains(&libs.display().to_string()),
+        "{err}"
+    );
+}

@@ -223,11 +223,16 @@ pub fn node(out: &mut impl Write, cmd: &NodeCommand) -> Result<()> {
     }
 }
 
+fn on_off(b: bool) -> &'static str {
+    if b { "on" } else { "off" }
+}
+
 fn gpus(out: &mut impl Write, config: &ConfigArg, try_lock: bool) -> Result<()> {
     use crate::node::gpu::{GpuControl, NvmlGpus};
     use crate::units::Mhz;
     let (cfg, _) = load_config(&config.config)?;
-    let mut nvml = NvmlGpus::init().context("no NVIDIA driver to ask")?;
+    // Only --try-lock changes anything (a clock, then its reset); nothing turns accounting on.
+    let mut nvml = NvmlGpus::init_with(false).context("no NVIDIA driver to ask")?;
     writeln!(out, "driver {}", nvml.driver_version()?)?;
     let count = nvml.device_count()?;
     writeln!(out, "{count} GPU(s)")?;
@@ -294,6 +299,24 @@ fn gpus(out: &mut impl Write, config: &ConfigArg, try_lock: bool) -> Result<()> 
             "  compute processes: {}",
             show(nvml.running_pids(i).map(|p| format!("{p:?}")))
         )?;
+        // Settings as they are: read, never changed here.
+        writeln!(
+            out,
+            "  modes: compute {}, accounting {}, persistence {}, MIG {}",
+            show(nvml.compute_mode(i)),
+            show(nvml.accounting_enabled(i).map(|b| on_off(b).to_owned())),
+            show(nvml.persistence_mode(i).map(|b| on_off(b).to_owned())),
+            show(
+                nvml.mig_mode(i)
+                    .map(|(c, p)| format!("current {c}, pending {p}"))
+            )
+        )?;
+        if !try_lock {
+            writeln!(
+                out,
+                "  locked clock: not tried (--try-lock sets one and resets it)"
+            )?;
+        }
         if try_lock {
             let target = clocks
                 .ok()

@@ -133,13 +133,60 @@ pub trait GpuControl {
 /// GPU control through NVML (`libnvidia-ml.so.1`, loaded at run time).
 pub struct NvmlGpus {
     nvml: nvml_wrapper::Nvml,
+    /// Whether the per-process reading may turn NVML accounting mode on where it is off (a
+    /// setting that stays until the driver reloads): not under `[node] gpu_settings =
+    /// "read-only"`.
+    enable_accounting: bool,
 }
 
 impl NvmlGpus {
+    /// NVML, allowed to turn accounting mode on for the measured split.
     pub fn init() -> Result<Self, GpuError> {
+        Self::init_with(true)
+    }
+
+    /// NVML; `enable_accounting` false changes no setting of any GPU.
+    pub fn init_with(enable_accounting: bool) -> Result<Self, GpuError> {
         nvml_wrapper::Nvml::init()
-            .map(|nvml| NvmlGpus { nvml })
+            .map(|nvml| NvmlGpus {
+                nvml,
+                enable_accounting,
+            })
             .map_err(|e| GpuError::NvmlInit(e.to_string()))
+    }
+
+    /// Whether NVML accounting mode is on (a reading; it changes nothing).
+    pub fn accounting_enabled(&self, gpu: u32) -> Result<bool, GpuError> {
+        let op = "accounting mode";
+        self.device(op, gpu)?
+            .is_accounting_enabled()
+            .map_err(|e| nvml_err(op, gpu, e))
+    }
+
+    /// The GPU's compute mode as NVML names it (a reading).
+    pub fn compute_mode(&self, gpu: u32) -> Result<String, GpuError> {
+        let op = "compute mode";
+        self.device(op, gpu)?
+            .compute_mode()
+            .map(|m| format!("{m:?}"))
+            .map_err(|e| nvml_err(op, gpu, e))
+    }
+
+    /// MIG mode, current and pending (a reading; 1 = enabled).
+    pub fn mig_mode(&self, gpu: u32) -> Result<(u32, u32), GpuError> {
+        let op = "MIG mode";
+        self.device(op, gpu)?
+            .mig_mode()
+            .map(|m| (m.current, m.pending))
+            .map_err(|e| nvml_err(op, gpu, e))
+    }
+
+    /// Whether persistence mode is on (a reading).
+    pub fn persistence_mode(&self, gpu: u32) -> Result<bool, GpuError> {
+        let op = "persistence mode";
+        self.device(op, gpu)?
+            .is_in_persistent_mode()
+            .map_err(|e| nvml_err(op, gpu, e))
     }
 
     pub fn driver_version(&self) -> Result<String, GpuError> {
@@ -272,6 +319,8 @@ impl GpuControl for NvmlGpus {
         let mut d = self.device(op, gpu)?;
         match d.is_accounting_enabled() {
             Ok(true) => {}
+            // Read-only: the split falls back to the model rather than change the card.
+            Ok(false) if !self.enable_accounting => return Ok(None),
             Ok(false) => {
                 return match d.set_accounting(true) {
                     Ok(()) => Ok(Some(Vec::new())),
@@ -354,6 +403,10 @@ pub struct ModelGpu {
     /// integral: the energy a test feeds in is not what the model would have produced.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub counter_trace: Option<Vec<(f64, f64)>>,
+    /// A STAND-IN for a driver that refuses to reset locked clocks (a VM, a policy): what a
+    /// test says the driver refuses.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub refuse_reset: bool,
 }
 
 /// The trace's counter at `t`, linear between points and flat beyond them.
@@ -458,6 +511,7 @@ impl GpuControl for ModelGpus {
                 clocks_mhz: gpu_type.sm_clocks.iter().map(|m| m.0).collect(),
                 processes: None,
                 counter_trace: None,
+                refuse_reset: false,
             },
         );
         self.dirty = true;
@@ -502,6 +556,14 @@ impl GpuControl for ModelGpus {
 
     fn reset_clock(&mut self, gpu: u32) -> Result<(), GpuError> {
         if let Some(g) = self.gpus.get_mut(&gpu) {
+            if g.refuse_reset {
+                return Err(GpuError::Model {
+                    gpu,
+                    message:
+                        "resetting locked clocks refused (the test's stand-in driver refuses it)"
+                            .into(),
+                });
+            }
             g.locked_mhz = None;
             self.dirty = true;
         }

@@ -18,7 +18,7 @@ use super::record::{self, Basis, Record, RecordKind};
 use super::state::{
     ClockChange, GpuState, JobOnGpu, Locked, NodeState, ProcSeen, Sample, StateDir, StateError,
 };
-use crate::config::{BackendChoice, Config, OtherUserShare};
+use crate::config::{BackendChoice, Config, GpuSettings, OtherUserShare};
 use crate::model::{GpuType, JobClass, JobKind, ModelParams, Tenant, predict};
 use crate::policy::{ShareError, ShareJob, ShareParams, ShareSpec, optimize};
 use crate::units::{Mhz, SharePct, Watts};
@@ -311,6 +311,7 @@ fn mps_of(cfg: &Config, node: &str) -> Mps {
         node,
         Duration::from_secs_f64(cfg.node.command_timeout_s),
     )
+    .with_library_path(&cfg.node.mps_library_path)
 }
 
 /// Opens the configured GPU backend at time `now`; the warning says when `auto` fell back.
@@ -321,10 +322,11 @@ pub fn open_backend(
 ) -> Result<(Box<dyn GpuControl>, Option<String>), HelperError> {
     let model =
         || ModelGpus::open(&dir.model_file(), now).map(|m| Box::new(m) as Box<dyn GpuControl>);
+    let manage = cfg.node.gpu_settings == GpuSettings::Manage;
     match cfg.node.backend {
         BackendChoice::Model => Ok((model()?, None)),
-        BackendChoice::Nvml => Ok((Box::new(NvmlGpus::init()?), None)),
-        BackendChoice::Auto => match NvmlGpus::init() {
+        BackendChoice::Nvml => Ok((Box::new(NvmlGpus::init_with(manage)?), None)),
+        BackendChoice::Auto => match NvmlGpus::init_with(manage) {
             Ok(n) => Ok((Box::new(n), None)),
             Err(e) => Ok((
                 model()?,
@@ -468,15 +470,24 @@ impl<'a> NodeHelper<'a> {
             .filter(|(_, g)| g.jobs.is_empty())
             .map(|(&i, _)| i)
             .collect();
+        let manage = self.cfg.node.gpu_settings == GpuSettings::Manage;
         for i in idle {
             let gs = run.st.gpus.get_mut(&i).expect("listed above");
-            if gs.locked_mhz.is_some() || run.gpu.locked_clock(i).is_some() {
+            if manage && (gs.locked_mhz.is_some() || run.gpu.locked_clock(i).is_some()) {
                 reattach(self.cfg, run.gpu.as_mut(), i, &gs.gpu_type)?;
-                run.gpu.reset_clock(i)?;
-                gs.locked_mhz = None;
-                changed = true;
-                self.warnings
-                    .push(format!("GPU {i}: no job, clock was still locked: reset"));
+                match run.gpu.reset_clock(i) {
+                    Ok(()) => {
+                        gs.locked_mhz = None;
+                        changed = true;
+                        self.warnings
+                            .push(format!("GPU {i}: no job, clock was still locked: reset"));
+                    }
+                    // Nothing of a job's depends on it: note it and try again next run.
+                    Err(e) => self.warnings.push(format!(
+                        "GPU {i}: no job, clock still locked at {}; reset refused: {e} (tried again at every hook)",
+                        gs.locked_mhz.map_or("an unknown clock".into(), |m| format!("{m} MHz"))
+                    )),
+                }
             }
             if gs.mps_daemon {
                 self.mps.stop(i)?;
@@ -664,6 +675,8 @@ impl<'a> NodeHelper<'a> {
                 basis: Basis::Whole,
                 mps_wait_s: 0.0,
                 outside_mps: false,
+                notes: vec![],
+                clock_control: self.cfg.node.gpu_settings == GpuSettings::Manage,
             });
         }
         gs.idle_j = 0.0;
@@ -692,29 +705,58 @@ impl<'a> NodeHelper<'a> {
             .into_iter()
             .map(|i| gs.jobs[i].clone())
             .collect();
+        let manage = self.cfg.node.gpu_settings == GpuSettings::Manage;
         if active.is_empty() {
-            run.gpu.reset_clock(gpu)?;
             run.gpu.set_modelled_power(gpu, gpu_type.idle_power);
-            run.st.gpus.get_mut(&gpu).expect("present").locked_mhz = None;
+            let gs = run.st.gpus.get_mut(&gpu).expect("present");
+            if !manage || (gs.locked_mhz.is_none() && run.gpu.locked_clock(gpu).is_none()) {
+                // Nothing heshare locked: nothing to undo (read-only never locks).
+                gs.locked_mhz = None;
+                return Ok(());
+            }
+            match run.gpu.reset_clock(gpu) {
+                Ok(()) => gs.locked_mhz = None,
+                // A refused reset must cost neither the job's record nor the MPS daemon's stop:
+                // a warning, and the lock stays on record so every later hook tries again.
+                Err(e) => self.warnings.push(format!(
+                    "GPU {gpu}: no job left, but resetting its locked clock ({}) was refused: {e}; \
+                     tried again at every hook",
+                    gs.locked_mhz
+                        .map_or("unknown".into(), |m| format!("{m} MHz"))
+                )),
+            }
             return Ok(());
         }
         let (clock, note) = self.choose_clock(gpu_type, reference, &active);
         if let Some(n) = note {
             self.warnings.push(format!("GPU {gpu}: {n}"));
         }
-        let applied = if clock == gpu_type.default_sm_clock {
-            run.gpu.reset_clock(gpu).map(|()| None)
-        } else {
-            run.gpu.lock_clock(gpu, clock).map(|()| Some(clock.0))
-        };
         let gs = run.st.gpus.get_mut(&gpu).expect("present");
-        let applied = match applied {
-            Ok(a) => a,
-            Err(e) => {
-                // A GPU that refuses clock changes (a VM, no root) still gets its accounting.
-                self.warnings
-                    .push(format!("GPU {gpu}: {e}; clock left as it was"));
-                gs.locked_mhz
+        let applied = if !manage {
+            // What the full mode would set, for the admin (and gpu-check) to read.
+            self.warnings.push(format!(
+                "GPU {gpu}: [node] gpu_settings = \"read-only\": would {} (nothing changed)",
+                if clock == gpu_type.default_sm_clock {
+                    format!("keep the default clock {clock}")
+                } else {
+                    format!("lock {clock}")
+                }
+            ));
+            None
+        } else {
+            let r = if clock == gpu_type.default_sm_clock {
+                run.gpu.reset_clock(gpu).map(|()| None)
+            } else {
+                run.gpu.lock_clock(gpu, clock).map(|()| Some(clock.0))
+            };
+            match r {
+                Ok(a) => a,
+                Err(e) => {
+                    // A GPU that refuses clock changes (a VM, no root) still gets its accounting.
+                    self.warnings
+                        .push(format!("GPU {gpu}: {e}; clock left as it was"));
+                    gs.locked_mhz
+                }
             }
         };
         gs.locked_mhz = applied;
@@ -1085,6 +1127,9 @@ impl<'a> NodeHelper<'a> {
         run.st.outbox.push(record);
         self.save(&mut run)?;
         self.step("epilog:recorded");
+        // What happens to the GPUs after the job left is noted on its record too (a refused
+        // clock reset, say): the record is still in the outbox until `flush`.
+        let noted = self.warnings.len();
         let mut mps_err = None;
         for &g in &left {
             if let Err(e) = self.promote_waiting(&mut run, g) {
@@ -1098,6 +1143,18 @@ impl<'a> NodeHelper<'a> {
                     Ok(()) => run.st.gpus.get_mut(&g).expect("present").mps_daemon = false,
                     Err(e) => mps_err = Some(e),
                 }
+            }
+        }
+        let notes: Vec<String> = self.warnings[noted..].to_vec();
+        if !notes.is_empty() {
+            if let Some(r) = run
+                .st
+                .outbox
+                .iter_mut()
+                .rev()
+                .find(|r| r.kind == RecordKind::Job && r.job_id == job.job_id)
+            {
+                r.notes.extend(notes);
             }
         }
         self.save(&mut run)?;
@@ -1161,6 +1218,8 @@ impl<'a> NodeHelper<'a> {
                 })
                 .fold(0.0, f64::max),
             outside_mps: parts.iter().any(|p| p.outside_mps_beside_uid.is_some()),
+            notes: vec![],
+            clock_control: self.cfg.node.gpu_settings == GpuSettings::Manage,
         }
     }
 

@@ -158,6 +158,8 @@ pub struct Mps {
     pub pipe_base: PathBuf,
     pub log_base: PathBuf,
     pub timeout: Duration,
+    /// `[node] mps_library_path`: the control daemon's `LD_LIBRARY_PATH` (empty: none).
+    pub library_path: Vec<PathBuf>,
 }
 
 impl Mps {
@@ -175,7 +177,36 @@ impl Mps {
             pipe_base: pipe_dir.join(node),
             log_base: log_dir.join(node),
             timeout,
+            library_path: Vec::new(),
         }
+    }
+
+    /// The same, giving the control program these library directories (checked at each use).
+    pub fn with_library_path(mut self, dirs: &[PathBuf]) -> Self {
+        self.library_path = dirs.to_vec();
+        self
+    }
+
+    /// The `LD_LIBRARY_PATH` value for the control program, every directory checked first (the
+    /// daemon runs as root and forks the users' servers).
+    fn library_env(&self) -> Result<Option<PathBuf>, MpsError> {
+        if self.library_path.is_empty() {
+            return Ok(None);
+        }
+        for d in &self.library_path {
+            secure::check_library_dir(d).map_err(|source| MpsError::Program {
+                origin: format!("{} (node.mps_library_path)", self.origin),
+                source,
+            })?;
+        }
+        let joined = std::env::join_paths(&self.library_path).map_err(|e| MpsError::Program {
+            origin: format!("{} (node.mps_library_path)", self.origin),
+            source: secure::SecureError::Unsafe {
+                path: self.library_path[0].clone(),
+                why: e.to_string(),
+            },
+        })?;
+        Ok(Some(PathBuf::from(joined)))
     }
 
     pub fn pipe_dir(&self, gpu: u32) -> PathBuf {
@@ -212,13 +243,18 @@ impl Mps {
         let program = self.checked_program()?;
         let pipe = self.pipe_dir(gpu);
         let log = self.log_dir(gpu);
+        let libs = self.library_env()?;
+        let mut env: Vec<(&str, &Path)> = vec![
+            ("CUDA_MPS_PIPE_DIRECTORY", &pipe),
+            ("CUDA_MPS_LOG_DIRECTORY", &log),
+        ];
+        if let Some(l) = &libs {
+            env.push(("LD_LIBRARY_PATH", l));
+        }
         run(
             program,
             &[],
-            &[
-                ("CUDA_MPS_PIPE_DIRECTORY", &pipe),
-                ("CUDA_MPS_LOG_DIRECTORY", &log),
-            ],
+            &env,
             Some(&format!("{command}\n")),
             self.timeout,
             false,
@@ -248,21 +284,19 @@ impl Mps {
             let visible = PathBuf::from(gpu.to_string());
             let pipe = self.pipe_dir(gpu);
             let log = self.log_dir(gpu);
-            run(
-                program,
-                &["-d"],
-                &[
-                    // Slurm's and NVML's GPU indices follow PCI bus order; CUDA's default
-                    // order (fastest first) may not.
-                    ("CUDA_DEVICE_ORDER", Path::new("PCI_BUS_ID")),
-                    ("CUDA_VISIBLE_DEVICES", &visible),
-                    ("CUDA_MPS_PIPE_DIRECTORY", &pipe),
-                    ("CUDA_MPS_LOG_DIRECTORY", &log),
-                ],
-                None,
-                self.timeout,
-                true,
-            )?;
+            let libs = self.library_env()?;
+            let mut env: Vec<(&str, &Path)> = vec![
+                // Slurm's and NVML's GPU indices follow PCI bus order; CUDA's default order
+                // (fastest first) may not.
+                ("CUDA_DEVICE_ORDER", Path::new("PCI_BUS_ID")),
+                ("CUDA_VISIBLE_DEVICES", &visible),
+                ("CUDA_MPS_PIPE_DIRECTORY", &pipe),
+                ("CUDA_MPS_LOG_DIRECTORY", &log),
+            ];
+            if let Some(l) = &libs {
+                env.push(("LD_LIBRARY_PATH", l));
+            }
+            run(program, &["-d"], &env, None, self.timeout, true)?;
             self.wait_until(gpu, true, "start")?;
         }
         Ok(())

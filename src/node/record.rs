@@ -91,10 +91,22 @@ pub struct Record {
     /// was held in Slurm but not enforced on the GPU.
     #[serde(default)]
     pub outside_mps: bool,
+    /// What the helper noted about the job's GPUs around its end (a refused clock reset, a
+    /// clock it only reported under `gpu_settings = "read-only"`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
+    /// False where `[node] gpu_settings = "read-only"` kept the helper from setting clocks: the
+    /// GPU ran at whatever clock it had.
+    #[serde(default = "yes", skip_serializing_if = "is_true")]
+    pub clock_control: bool,
 }
 
 fn yes() -> bool {
     true
+}
+
+fn is_true(b: &bool) -> bool {
+    *b
 }
 
 impl Record {
@@ -187,6 +199,8 @@ mod tests {
             basis: Basis::Measured,
             mps_wait_s: 0.0,
             outside_mps: false,
+            notes: vec![],
+            clock_control: true,
         }
     }
 

@@ -83,7 +83,13 @@ pub fn check_program(program: &Path) -> Result<(), SecureError> {
             ),
         ));
     }
-    let mut dir = real.parent();
+    trusted_dirs(real.parent(), "a directory of the program")
+}
+
+/// Checks `dir` and every directory above it: owned by root (or the helper's uid) and not open
+/// to others (see [`dir_open_to_others`]). `what` names the role for the error.
+fn trusted_dirs(mut dir: Option<&Path>, what: &str) -> Result<(), SecureError> {
+    let owner = trusted_uid();
     while let Some(d) = dir {
         let m = std::fs::metadata(d).map_err(|source| SecureError::Io {
             path: d.to_owned(),
@@ -93,7 +99,7 @@ pub fn check_program(program: &Path) -> Result<(), SecureError> {
             return Err(unsafe_path(
                 d,
                 format!(
-                    "a directory of the program that someone else can change (owner {}, mode {:o})",
+                    "{what} that someone else can change (owner {}, mode {:o})",
                     m.uid(),
                     m.mode() & 0o7777
                 ),
@@ -102,6 +108,23 @@ pub fn check_program(program: &Path) -> Result<(), SecureError> {
         dir = d.parent();
     }
     Ok(())
+}
+
+/// Checks that root may load libraries from `dir` (a program it runs gets it as
+/// `LD_LIBRARY_PATH`): an absolute path to a directory that, like every directory above it,
+/// belongs to root and is not open to others.
+pub fn check_library_dir(dir: &Path) -> Result<(), SecureError> {
+    if !dir.is_absolute() {
+        return Err(unsafe_path(dir, "not an absolute path"));
+    }
+    let real = std::fs::canonicalize(dir).map_err(|source| SecureError::Io {
+        path: dir.to_owned(),
+        source,
+    })?;
+    if !real.is_dir() {
+        return Err(unsafe_path(&real, "not a directory"));
+    }
+    trusted_dirs(Some(&real), "a library directory")
 }
 
 /// Makes `dir` exist, checking every level from `/` down: each component must be a real

@@ -408,6 +408,8 @@ mod tests {
             basis: crate::node::record::Basis::Model,
             mps_wait_s: 0.0,
             outside_mps: false,
+            notes: vec![],
+            clock_control: true,
         }
     }
 
