@@ -116,28 +116,41 @@ fn time_mode_compares_every_scheduler_in_the_world_and_accounts_for_every_job() 
     let bound = v["energy_lower_bound_kwh"].as_f64().expect("bound");
     for r in rows {
         for f in [
-            "energy_kwh",
-            "energy_always_on_kwh",
+            "facility_kwh",
+            "facility_always_on_kwh",
+            "gpu_kwh",
+            "host_kwh",
             "energy_per_job_kj",
             "mean_jct_s",
             "mean_wait_s",
             "p99_jct_s",
+            "makespan_s",
             "alloc_rate",
             "violations",
+            "killed",
+            "resumes",
             "unstarted",
             "unfinished",
         ] {
             assert!(!r[f].is_null(), "{f} missing in {r}");
         }
         assert_eq!(r["jobs"], 800, "{r}");
-        assert!(r["energy_kwh"].as_f64().expect("energy") >= bound, "{r}");
+        let facility = r["facility_kwh"].as_f64().expect("energy");
+        assert!(facility >= bound, "{r}");
+        // The meter counts more than the GPUs: hosts and supplies are in it.
+        assert!(facility > r["gpu_kwh"].as_f64().expect("gpu"), "{r}");
+        assert!(
+            r["facility_always_on_kwh"].as_f64().expect("on") >= facility,
+            "{r}"
+        );
     }
-    // The headline is the shipped path's, with its spread over seeds; the ideal stands apart.
+    // The headline is the shipped path's facility energy, with its spread over seeds; the ideal
+    // stands apart.
     for key in ["shipped", "ideal"] {
         let ratios = v[key].as_array().expect("ratios");
         let energy = ratios
             .iter()
-            .find(|r| r["metric"] == "energy per job")
+            .find(|r| r["metric"] == "facility energy per job")
             .expect("energy ratio");
         let (lo, mid, hi) = (
             energy["min"].as_f64().expect("min"),
@@ -160,6 +173,68 @@ fn time_mode_compares_every_scheduler_in_the_world_and_accounts_for_every_job() 
         "{stdout}"
     );
     assert!(stdout.contains("predictor error"), "{stdout}");
+    assert!(
+        stdout.contains("world GPU power (not the catalog's)"),
+        "{stdout}"
+    );
+}
+
+/// The facility's options: a flat host power, power saving off or read from a slurm.conf, and
+/// a boot time Slurm's ResumeTimeout would not allow.
+#[test]
+fn facility_options_change_what_the_meter_counts_and_bad_ones_are_named() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let run = |extra: &[&str]| {
+        let json = dir.path().join("f.json");
+        let o = Command::new(env!("CARGO_BIN_EXE_heshare"))
+            .args([
+                "simulate",
+                "--jobs",
+                "200",
+                "--seeds",
+                "1",
+                "--scale",
+                "0.02",
+                "--policies",
+                "slurm-exclusive",
+                "--json",
+            ])
+            .arg(&json)
+            .args(extra)
+            .output()
+            .expect("runs");
+        let v: Option<Value> = o.status.success().then(|| {
+            serde_json::from_str(&std::fs::read_to_string(&json).expect("json")).expect("json")
+        });
+        (o, v)
+    };
+    let row = |v: &Value, f: &str| v["rows"][0][f].as_f64().expect("field");
+    let (_, zero) = run(&["--host-power", "0", "--suspend-time", "off"]);
+    let zero = zero.expect("ran");
+    // No host, nothing suspended: the meter reads what the GPUs drew.
+    assert!((row(&zero, "facility_kwh") - row(&zero, "gpu_kwh")).abs() < 1e-9);
+    assert!((row(&zero, "facility_kwh") - row(&zero, "facility_always_on_kwh")).abs() < 1e-9);
+    let (_, flat) = run(&["--host-power", "200", "--suspend-time", "off"]);
+    assert!(row(&flat.expect("ran"), "facility_kwh") > row(&zero, "facility_kwh"));
+    let conf = dir.path().join("slurm.conf");
+    std::fs::write(
+        &conf,
+        "SuspendTime=300\nSuspendTimeout=20\nResumeTimeout=900\n",
+    )
+    .expect("write");
+    let (_, from_conf) = run(&["--slurm-conf", conf.to_str().expect("utf-8")]);
+    let from_conf = from_conf.expect("ran");
+    assert_eq!(from_conf["saving"]["suspend_time_s"], 300.0);
+    assert_eq!(from_conf["saving"]["resume_timeout_s"], 900.0);
+    let (o, _) = run(&["--resume-time", "900", "--resume-timeout", "60"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("ResumeTimeout is 60 s"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let (o, _) = run(&["--host-power", "lots"]);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--host-power lots"));
 }
 
 #[test]

@@ -50,10 +50,30 @@ pub struct SimulateArgs {
     /// Time mode: users the jobs are spread over.
     #[arg(long, default_value_t = 20)]
     pub(super) users: u32,
-    /// Time mode: idle nodes power down after this many seconds when power saving is on (Slurm's
-    /// SuspendTime); both energies are reported.
-    #[arg(long, default_value_t = 600.0)]
-    pub(super) suspend_time: f64,
+    /// Time mode: Slurm's SuspendTime, seconds a node stays idle before it is powered down, or
+    /// `off` (Slurm's own default: every node always on) [default: 600, or --slurm-conf's].
+    #[arg(long, value_name = "SECS|off")]
+    pub(super) suspend_time: Option<String>,
+    /// Time mode: Slurm's SuspendTimeout, seconds powering down takes [default: 30, or
+    /// --slurm-conf's].
+    #[arg(long, value_name = "SECS")]
+    pub(super) suspend_timeout: Option<f64>,
+    /// Time mode: seconds a powered-down node takes to boot and rejoin (bare-metal GPU servers
+    /// POST for minutes; clouds 600-1800 s); must be within ResumeTimeout.
+    #[arg(long, value_name = "SECS", default_value_t = 300.0)]
+    pub(super) resume_time: f64,
+    /// Time mode: Slurm's ResumeTimeout [default: 600, or --slurm-conf's].
+    #[arg(long, value_name = "SECS")]
+    pub(super) resume_timeout: Option<f64>,
+    /// Time mode: read SuspendTime, SuspendTimeout and ResumeTimeout from this slurm.conf (the
+    /// options above override it).
+    #[arg(long, value_name = "FILE")]
+    pub(super) slurm_conf: Option<PathBuf>,
+    /// Time mode: how each node's host (CPUs, memory, fans, NICs, power supplies) is charged:
+    /// `sourced` (SPECpower idle per socket, PWR's CPU power per allocated core, 92% supplies,
+    /// 10 W suspended) or a flat number of watts per awake node.
+    #[arg(long, value_name = "sourced|WATTS", default_value = "sourced")]
+    pub(super) host_power: String,
     /// Also write the results as JSON.
     #[arg(long, value_name = "FILE")]
     pub(super) json: Option<PathBuf>,

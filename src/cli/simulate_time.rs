@@ -4,6 +4,7 @@
 use super::simulate::{Mode, SimulateArgs, inputs};
 use crate::config::Config;
 use crate::sim::experiment::{self, Report, Spec};
+use crate::sim::meter::{HostSpec, PowerSaving};
 use crate::sim::schedulers::NAMES;
 use anyhow::{Context, Result, anyhow, bail};
 use serde::Serialize;
@@ -28,13 +29,22 @@ pub fn run(out: &mut impl Write, cfg: &Config, args: &SimulateArgs, load: f64) -
     }
     let (all_nodes, cluster_label, trace, trace_label) = inputs(cfg, args)?;
     let nodes = experiment::scale_nodes(&all_nodes, args.scale);
+    let saving = power_saving(args)?;
+    let host = match args.host_power.as_str() {
+        "sourced" => HostSpec::Sourced,
+        w => match w.parse::<f64>() {
+            Ok(x) if x.is_finite() && x >= 0.0 => HostSpec::Flat(crate::units::Watts(x)),
+            _ => bail!("--host-power {w}: use sourced or a number of watts (>= 0)"),
+        },
+    };
     let spec = Spec {
         load,
         jobs: args.jobs,
         seeds: (0..args.seeds.unwrap_or(3)).map(|s| 42 + s).collect(),
         max_duration_s: args.max_duration,
         users: args.users,
-        suspend_time_s: args.suspend_time,
+        host,
+        saving,
         policies: if args.policies.is_empty() {
             NAMES.iter().map(|s| (*s).to_owned()).collect()
         } else {
@@ -72,6 +82,58 @@ pub fn run(out: &mut impl Write, cfg: &Config, args: &SimulateArgs, load: f64) -
     Ok(())
 }
 
+/// Slurm's power saving for the run: defaults (SuspendTime 600 s), then `--slurm-conf`, then
+/// the options given.
+fn power_saving(args: &SimulateArgs) -> Result<PowerSaving> {
+    let mut s = PowerSaving {
+        suspend_time_s: Some(600.0),
+        resume_s: args.resume_time,
+        ..PowerSaving::default()
+    };
+    if let Some(path) = &args.slurm_conf {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("{}: cannot read", path.display()))?;
+        // slurm.conf without SuspendTime means Slurm's default: power saving off.
+        s.suspend_time_s = None;
+        s = s
+            .from_slurm_conf(&text, &path.display().to_string())
+            .map_err(|e| anyhow!(e))?;
+    }
+    if let Some(t) = &args.suspend_time {
+        s.suspend_time_s = if t.eq_ignore_ascii_case("off") {
+            None
+        } else {
+            match t.parse::<f64>() {
+                Ok(x) if x.is_finite() && x >= 0.0 => Some(x),
+                _ => bail!("--suspend-time {t}: use a number of seconds or off"),
+            }
+        };
+    }
+    if let Some(x) = args.suspend_timeout {
+        s.suspend_timeout_s = x;
+    }
+    if let Some(x) = args.resume_timeout {
+        s.resume_timeout_s = x;
+    }
+    for (name, v) in [
+        ("--suspend-timeout", s.suspend_timeout_s),
+        ("--resume-time", s.resume_s),
+        ("--resume-timeout", s.resume_timeout_s),
+    ] {
+        if !(v.is_finite() && v >= 0.0) {
+            bail!("{name} {v}: must be a number of seconds >= 0");
+        }
+    }
+    if s.suspend_time_s.is_some() && s.resume_s > s.resume_timeout_s {
+        bail!(
+            "nodes take {:.0} s to boot (--resume-time) but ResumeTimeout is {:.0} s: Slurm would mark every resumed node DOWN and requeue its jobs; raise ResumeTimeout",
+            s.resume_s,
+            s.resume_timeout_s
+        );
+    }
+    Ok(s)
+}
+
 fn print(out: &mut impl Write, r: &Report, trace: &str, cluster: &str, scale: f64) -> Result<()> {
     writeln!(
         out,
@@ -82,56 +144,71 @@ fn print(out: &mut impl Write, r: &Report, trace: &str, cluster: &str, scale: f6
         r.gpus,
         r.load
     )?;
+    let saving = match r.saving.suspend_time_s {
+        Some(s) => format!(
+            "idle nodes powered down after {s:.0} s (SuspendTime; {:.0} s to power down, {:.0} s to boot)",
+            r.saving.suspend_timeout_s, r.saving.resume_s
+        ),
+        None => "power saving off (every node always on)".to_owned(),
+    };
     writeln!(
         out,
-        "jobs run in a world of measured workloads (Zeus, Gavel, EDP), not heshare's predictor; energy over a common horizon per seed, idle nodes suspended after {:.0} s; heshare's snapshot every {:.0} s",
-        r.suspend_time_s, r.snapshot_period_s
+        "jobs run in a world of measured workloads (Zeus, Gavel, EDP), not heshare's predictor; the facility meter counts every node at the wall: GPUs busy and idle, hosts {}; {saving}; energy over a common horizon per seed; heshare's snapshot every {:.0} s",
+        r.host, r.snapshot_period_s
     )?;
     writeln!(
         out,
-        "{:<16} {:>9} {:>9} {:>9} {:>8} {:>9} {:>8} {:>8} {:>9} {:>9} {:>9} {:>6} {:>6} {:>6} {:>7} {:>9}",
+        "{:<16} {:>9} {:>9} {:>8} {:>8} {:>8} {:>8} {:>9} {:>8} {:>8} {:>9} {:>9} {:>6} {:>6} {:>6} {:>6} {:>7} {:>9}",
         "policy",
-        "kWh",
+        "facility",
         "always-on",
-        "busy kWh",
+        "GPU kWh",
+        "host kWh",
         "kJ/job",
+        "GPU kJ/j",
         "mean JCT",
         "wait",
         "run",
-        "p50 JCT",
         "p99 JCT",
         "makespan",
-        "alloc",
         "util",
         "viol",
+        "killed",
+        "resume",
         "missing",
         "sim job/s"
     )?;
     for row in &r.rows {
         writeln!(
             out,
-            "{:<16} {:>9.1} {:>9.1} {:>9.1} {:>8.1} {:>8.0}s {:>7.0}s {:>7.0}s {:>8.0}s {:>8.0}s {:>8.0}s {:>5.1}% {:>5.1}% {:>6} {:>7} {:>9.0}",
+            "{:<16} {:>9.1} {:>9.1} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>8.0}s {:>7.0}s {:>7.0}s {:>8.0}s {:>8.0}s {:>5.1}% {:>6} {:>6} {:>6} {:>7} {:>9.0}",
             row.policy,
-            row.energy_kwh,
-            row.energy_always_on_kwh,
-            row.busy_energy_kwh,
+            row.facility_kwh,
+            row.facility_always_on_kwh,
+            row.gpu_kwh,
+            row.host_kwh,
             row.energy_per_job_kj,
+            row.gpu_energy_per_job_kj,
             row.mean_jct_s,
             row.mean_wait_s,
             row.mean_run_s,
-            row.p50_jct_s,
             row.p99_jct_s,
             row.makespan_s,
-            100.0 * row.alloc_rate,
             100.0 * row.utilisation,
             row.violations,
+            row.killed,
+            row.resumes,
             row.unstarted + row.unfinished,
             row.sim_jobs_per_s
         )?;
     }
     writeln!(
         out,
-        "energy lower bound (each job alone on its most efficient type and clock, no idle): {:.1} kWh",
+        "(facility and always-on: kWh at the wall per seed; kJ/job: facility energy per finished job; killed: at their time limit, all seeds)"
+    )?;
+    writeln!(
+        out,
+        "energy lower bound (each job alone on its most efficient type and clock, charged what it keeps on, no idle hardware): {:.1} kWh",
         r.energy_lower_bound_kwh
     )?;
     if r.missing_jobs() > 0 {
@@ -142,6 +219,13 @@ fn print(out: &mut impl Write, r: &Report, trace: &str, cluster: &str, scale: f6
                 row.policy, row.unstarted, row.unfinished, row.jobs
             )?;
         }
+    }
+    for row in r.rows.iter().filter(|x| x.killed > 0) {
+        writeln!(
+            out,
+            "killed at their time limit: {}: {} jobs ({} by its clock, share or co-location; {:.1} kWh of GPU energy lost)",
+            row.policy, row.killed, row.killed_by_sharing_or_clock, row.killed_gpu_kwh
+        )?;
     }
     let ratios = |out: &mut dyn Write, title: &str, rs: &[experiment::Ratio]| -> Result<()> {
         if rs.is_empty() {
@@ -166,6 +250,23 @@ fn print(out: &mut impl Write, r: &Report, trace: &str, cluster: &str, scale: f6
         "heshare-ideal (omniscient upper bound, not what ships) vs the best baseline",
         &r.ideal,
     )?;
+    writeln!(
+        out,
+        "world GPU power (not the catalog's): idle / busy max / context W"
+    )?;
+    for p in &r.world_power {
+        writeln!(
+            out,
+            "  {:<9} {:>6.1} ({:?}) / {:>6.1} ({:?}) / {:>5.1} ({:?})",
+            p.gpu_type,
+            p.idle_w,
+            p.idle_source,
+            p.max_w,
+            p.max_source,
+            p.context_w,
+            p.context_source
+        )?;
+    }
     if !r.predictor_error.is_empty() {
         writeln!(
             out,
@@ -202,11 +303,13 @@ fn plot(path: &std::path::Path, r: &Report) -> Result<()> {
     };
     let panels = [
         panel(
-            "GPU energy per job (common horizon, idle suspended)",
+            "Facility energy per finished job (common horizon)",
             "kJ",
             &|x| x.energy_per_job_kj,
         ),
-        panel("GPU energy, always on", "kWh", &|x| x.energy_always_on_kwh),
+        panel("GPU energy per finished job", "kJ", &|x| {
+            x.gpu_energy_per_job_kj
+        }),
         panel("Mean job completion time", "s", &|x| x.mean_jct_s),
         panel("p99 job completion time", "s", &|x| x.p99_jct_s),
     ];

@@ -62,7 +62,10 @@ fn gpus_on(
     node: usize,
 ) -> Option<Vec<usize>> {
     let n = &st.nodes[node];
-    if n.res.cpu_left < job.pod.cpu_milli || n.res.memory_left < job.pod.memory_mib {
+    if !st.usable(node)
+        || n.res.cpu_left < job.pod.cpu_milli
+        || n.res.memory_left < job.pod.memory_mib
+    {
         return None;
     }
     let allowed = |g: usize| types.is_empty() || types.contains(&st.gpus[g].gpu_type);

@@ -1,29 +1,41 @@
 //! Time mode: a discrete-event simulation of jobs arriving, running (alone or sharing a GPU),
-//! and finishing, with every GPU's power integrated over time.
+//! and finishing or being killed at their time limit, on nodes that Slurm's power saving may
+//! suspend and resume.
 //!
 //! Events are ordered by (time, sequence number), so equal times resolve in creation order and a
 //! seed fixes the whole run. Schedulers decide with heshare's predictor (the catalog); the engine
 //! advances jobs with the [`World`], the ground truth: whenever a GPU's set of jobs or clock
 //! changes, its jobs' progress is brought up to date, their true rates recomputed and their
-//! finish events re-issued (stale ones are recognised by a version number).
+//! finish events re-issued (stale ones are recognised by a version number). The engine says what
+//! changed to the [`EnergyMeter`], which alone accounts energy.
 //!
-//! Rules every scheduler runs under alike:
-//! * **MPS serialises users.** NVIDIA MPS runs one user's server per GPU at a time; another
-//!   user's clients wait until it exits. On a GPU shared through MPS only the jobs of the user
-//!   who came first progress; the others hold their shares and wait (DESIGN fact 10). Slurm does
-//!   not keep users apart, so a scheduler that mixes users pays for it here.
-//! * **Energy** is metered per GPU (busy and idle) and per node (whole-node idle stretches, for
-//!   Slurm-style power saving) in one place, [`EnergyMeter`], and can be closed at any horizon
-//!   at or after the run's end, so schedulers are compared over a common one.
-//! * **Every job is accounted for**: jobs never started or never finished are counted, not
-//!   dropped.
+//! Rules every scheduler runs under alike, as Slurm and the hardware apply them:
+//! * **MPS serialises users.** NVIDIA MPS runs one user's server per GPU at a time (DESIGN fact
+//!   10). A share that lands beside another user's MPS server runs outside MPS, time-sliced with
+//!   it, where the site's node rule says so (`[node] other_user_share = "time-slice"`, what
+//!   heshare's node helper does and what gres/shard gives any Slurm site), else it waits for that
+//!   user's jobs to end. Every scheduler that shares gets the same rule.
+//! * **Time limits are enforced**: a job still running at its start plus its limit is killed, as
+//!   Slurm kills it; its work is lost and its energy counted.
+//! * **Backfill with a reservation**, as Slurm's backfill makes: the first waiting job that
+//!   cannot start gets the node where it could start soonest, judged by the running jobs' time
+//!   limits; a job behind it may start now only where it does not delay that, i.e. elsewhere or
+//!   within its limit before then. (The reservation is judged from the job's request as its
+//!   trace entry gives it.)
+//! * **Power saving as Slurm does it** (when `SuspendTime` is set): a node idle that long is
+//!   powered down; every powered-up node is tried before a booting one and both before a
+//!   powered-down one (Slurm's node sets, whatever their weight), and a job on a powered-down
+//!   node waits for it to boot (its time limit starts then, as Slurm restarts it).
+//! * **Every job is accounted for**: jobs never started, never finished or killed are counted,
+//!   not dropped.
 
+use super::meter::{EnergyMeter, Facility, PowerState};
 use super::packing::{NodeRes, Pod};
 use super::rng::SplitMix;
-use super::schedulers::{Placement, Scheduler};
+use super::schedulers::{Placement, Scheduler, trace_share};
 use super::trace::TraceJob;
 use super::world::{JobTruth, Occupant, Runs, World};
-use crate::config::Config;
+use crate::config::{Config, OtherUserShare};
 use crate::model::{JobKind, ModelParams, Tenant, predict};
 use crate::policy::{ClusterView, GpuSlot, PlacedJob};
 use crate::units::{Mhz, SharePct};
@@ -44,7 +56,7 @@ pub struct SimJob {
     /// Work: for training, seconds alone on a whole reference GPU at its default clock; for an
     /// inference service, the seconds of stream it serves at full pace.
     pub work_s: f64,
-    /// The time limit its user gave (whole hours covering the work): what schedulers may read.
+    /// The time limit its user gave: what schedulers may read (see [`generate_jobs`]).
     pub limit_s: f64,
     /// The truth the world keeps about this job (schedulers must not read it).
     pub truth: JobTruth,
@@ -53,15 +65,33 @@ pub struct SimJob {
     pub gpus: Vec<usize>,
     pub share: SharePct,
     pub exclusive: bool,
+    /// When Slurm allocated it resources (its start, unless its node had to boot first).
+    pub alloc_s: Option<f64>,
+    /// When it started running: its time limit counts from here.
     pub start_s: Option<f64>,
     pub finish_s: Option<f64>,
+    /// Killed at its time limit at this time (its work lost).
+    pub killed_s: Option<f64>,
+    /// Allocated on a node that is still booting.
+    pub booting: bool,
     /// Runs outside MPS, time-sliced beside another user's MPS server (set when it starts).
     pub native: bool,
     done_s: f64,
     rate: f64,
     last_s: f64,
     version: u32,
-    pub energy_j: f64,
+}
+
+impl SimJob {
+    /// Whether it holds resources now (running or waiting for its node to boot).
+    pub fn allocated(&self) -> bool {
+        self.alloc_s.is_some() && self.finish_s.is_none() && self.killed_s.is_none()
+    }
+
+    /// When it is expected to end by its time limit (a booting job: from `boot_until`).
+    pub fn ends_by_limit(&self, boot_until: f64) -> f64 {
+        self.start_s.unwrap_or(boot_until) + self.limit_s
+    }
 }
 
 /// One GPU of the simulated cluster.
@@ -74,12 +104,7 @@ pub struct SimGpu {
     /// Jobs on it, in arrival order (MPS serves the first one's user first).
     pub jobs: Vec<usize>,
     pub clock: Mhz,
-    power_w: f64,
-    /// Attributed power per job in `jobs`.
-    job_power_w: Vec<f64>,
     last_s: f64,
-    pub busy_energy_j: f64,
-    pub idle_energy_j: f64,
     pub busy_share_s: f64,
     busy_frac: f64,
 }
@@ -97,7 +122,8 @@ impl SimGpu {
     }
 }
 
-/// A node: its GPUs (indices into `State::gpus`) and its CPU/memory/GPU bookkeeping.
+/// A node: its GPUs (indices into `State::gpus`), its CPU/memory/GPU bookkeeping and its power
+/// state.
 #[derive(Debug, Clone)]
 pub struct SimNode {
     pub name: String,
@@ -106,7 +132,18 @@ pub struct SimNode {
     /// The node's size (what Slurm's node table says).
     pub cpu_milli: u64,
     pub memory_mib: u64,
-    busy_gpus: usize,
+    /// Jobs allocated here (running or waiting for the boot).
+    pub jobs: usize,
+    pub power: PowerState,
+    /// When a booting node is up.
+    pub boot_until: f64,
+    /// Whether a scheduler may place a job here in the present attempt (the engine's passes:
+    /// powered up first, then booting, then powered down; a backfill reservation).
+    pub usable: bool,
+    /// Bumped whenever a job is allocated here or the power state changes: a pending suspend of
+    /// an older epoch is void.
+    epoch: u64,
+    running_vcpus: f64,
 }
 
 /// Everything a scheduler may look at.
@@ -121,8 +158,8 @@ pub struct State<'a> {
     /// `view`'s GPUs grouped by type and occupants, kept in step with it.
     pub groups: crate::policy::GpuGroups,
     pub now: f64,
-    /// Bumped whenever a job arrives, starts or finishes: a scheduler that keeps a picture of
-    /// the cluster knows when it must look again.
+    /// Bumped whenever a job arrives, starts or finishes, or a node changes power state: a
+    /// scheduler that keeps a picture of the cluster knows when it must look again.
     pub version: u64,
 }
 
@@ -152,12 +189,25 @@ impl State<'_> {
     pub fn type_allowed(&self, job: &SimJob, gpu_type: usize) -> bool {
         job.gpu_types.is_empty() || job.gpu_types.contains(&gpu_type)
     }
+
+    /// Whether a scheduler may place a job on node `n` in the present attempt.
+    pub fn usable(&self, n: usize) -> bool {
+        self.nodes[n].usable
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Event {
     Arrival(usize),
     Finish(usize, u32),
+    /// The job's time limit, from the start it had.
+    Kill(usize),
+    /// The node has been idle for `SuspendTime` (if still at this epoch).
+    Suspend(usize, u64),
+    /// The node has finished powering down.
+    PoweredOff(usize, u64),
+    /// The node has booted.
+    NodeUp(usize),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -199,11 +249,16 @@ pub struct WorkloadParams {
 /// class drawn uniformly. Each job's truth (its measured workload, its errors against the
 /// catalog) is drawn from `world` with a stream of its own, so the same seed gives every
 /// scheduler the same jobs.
+///
+/// A job's time limit is what a user who has run it before would give a plain Slurm cluster
+/// that may start it on any type its request allows: its true runtime alone at the default clock
+/// on the slowest of those types present (`present`), rounded up to whole hours.
 pub fn generate_jobs(
     cfg: &Config,
     world: &World,
     trace: &[TraceJob],
     gpu_count: usize,
+    present: &[usize],
     params: WorkloadParams,
 ) -> Vec<SimJob> {
     // A different stream from the placement-mode shuffle of the same seed.
@@ -247,6 +302,12 @@ pub fn generate_jobs(
             };
             let user = u32::try_from(rng.below(params.users.max(1) as usize)).unwrap_or(0);
             let work_s = duration(src);
+            let truth = world.draw(class, fraction.min(1.0), &mut truths);
+            let slowest = present
+                .iter()
+                .filter(|&&p| src.gpu_types.is_empty() || src.gpu_types.contains(&p))
+                .map(|&p| work_s / world.alone_rate(class, &truth, p).max(1e-12))
+                .fold(work_s, f64::max);
             SimJob {
                 class,
                 num_gpus: src.num_gpus,
@@ -255,82 +316,25 @@ pub fn generate_jobs(
                 user,
                 submit_s: t,
                 work_s,
-                limit_s: (work_s / 3600.0).ceil().max(1.0) * 3600.0,
-                truth: world.draw(class, fraction.min(1.0), &mut truths),
+                limit_s: (slowest / 3600.0).ceil().max(1.0) * 3600.0,
+                truth,
                 pod: Pod::from_trace(src),
                 gpus: vec![],
                 share: SharePct::FULL,
                 exclusive: true,
+                alloc_s: None,
                 start_s: None,
                 finish_s: None,
+                killed_s: None,
+                booting: false,
                 native: false,
                 done_s: 0.0,
                 rate: 0.0,
                 last_s: 0.0,
                 version: 0,
-                energy_j: 0.0,
             }
         })
         .collect()
-}
-
-/// Idle energy of the cluster, per node, kept in one place: every GPU's idle draw (always-on
-/// accounting) and each node's whole-idle stretches (a node whose GPUs are all idle is powered
-/// down after `suspend_time_s`, as Slurm's power saving does).
-#[derive(Debug, Clone, PartialEq)]
-pub struct EnergyMeter {
-    pub suspend_time_s: f64,
-    /// Per node: the idle power of all its GPUs, when it became wholly idle (or `None` while a
-    /// GPU is busy), and the idle energy of its closed whole-idle stretches with power saving.
-    nodes: Vec<(f64, Option<f64>, f64)>,
-}
-
-impl EnergyMeter {
-    fn new(st: &State<'_>, suspend_time_s: f64) -> EnergyMeter {
-        EnergyMeter {
-            suspend_time_s,
-            nodes: st
-                .nodes
-                .iter()
-                .map(|n| {
-                    let w: f64 = n
-                        .gpus
-                        .iter()
-                        .map(|&g| st.cfg.gpu_types[st.gpus[g].gpu_type].idle_power.0)
-                        .sum();
-                    (w, Some(0.0), 0.0)
-                })
-                .collect(),
-        }
-    }
-
-    /// Node `n` got its first busy GPU at `t`.
-    fn wake(&mut self, n: usize, t: f64) {
-        let (w, since, closed) = &mut self.nodes[n];
-        if let Some(s) = since.take() {
-            *closed += *w * (t - s).max(0.0).min(self.suspend_time_s);
-        }
-    }
-
-    /// Node `n`'s last busy GPU went idle at `t`.
-    fn rest(&mut self, n: usize, t: f64) {
-        self.nodes[n].1 = Some(t);
-    }
-
-    /// Idle energy with power saving, if every stretch still open closes at `horizon`.
-    fn saving_until(&self, horizon: f64) -> f64 {
-        self.nodes
-            .iter()
-            .map(|&(w, since, closed)| {
-                closed + since.map_or(0.0, |s| w * (horizon - s).max(0.0).min(self.suspend_time_s))
-            })
-            .sum()
-    }
-
-    /// Idle power of the whole cluster (every GPU idle).
-    fn idle_w(&self) -> f64 {
-        self.nodes.iter().map(|n| n.0).sum()
-    }
 }
 
 /// A job's realised runtime against heshare's prediction, alone on the GPU type it ran on.
@@ -348,18 +352,24 @@ pub struct PredictionError {
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunMetrics {
     pub jobs: usize,
-    /// Jobs that never started, and jobs that started but never finished.
+    /// Jobs that never started, and jobs that started but never finished (nor were killed).
     pub unstarted: usize,
     pub unfinished: usize,
-    pub busy_energy_j: f64,
-    /// Idle energy with every GPU always on, until the run's end.
-    pub idle_energy_j: f64,
+    /// Jobs Slurm killed at their time limit.
+    pub killed: usize,
+    /// Of those, the ones that would have finished within their limit alone on the type they
+    /// got at its default clock: killed by the scheduler's clock, share or co-location.
+    pub killed_by_sharing_or_clock: usize,
+    /// GPU energy the killed jobs drew (their work was lost).
+    pub killed_gpu_energy_j: f64,
+    /// The facility meter, to be closed at a horizon at or after the run's end.
     pub meter: EnergyMeter,
-    /// JCT of every finished job.
+    /// JCT of every finished job (submit to finish, boot waits included).
     pub jct_s: Vec<f64>,
     /// Mean wait (submit to start) and mean run (start to finish) of the finished jobs.
     pub mean_wait_s: f64,
     pub mean_run_s: f64,
+    /// When the last job finished or was killed.
     pub makespan_s: f64,
     /// Allocated GPU share-time over capacity-time.
     pub alloc_rate: f64,
@@ -368,21 +378,16 @@ pub struct RunMetrics {
     /// Jobs that ran slower than their bound allows, against running alone on a whole GPU of the
     /// type they got at its default clock, in the world.
     pub violations: usize,
-    /// Sum over jobs of the least energy each could need alone (best type and clock, no idle),
-    /// as the world measures it.
-    pub energy_lower_bound_j: f64,
+    /// Powered-down nodes booted for a job.
+    pub resumes: usize,
     pub errors: Vec<PredictionError>,
 }
 
 impl RunMetrics {
-    /// Idle energy until `horizon` (at or after this run's end): always on, and with idle nodes
-    /// suspended. After the run ends every GPU is idle.
-    pub fn idle_until(&self, horizon: f64) -> (f64, f64) {
-        let extra = (horizon - self.makespan_s).max(0.0);
-        (
-            self.idle_energy_j + self.meter.idle_w() * extra,
-            self.meter.saving_until(horizon.max(self.makespan_s)),
-        )
+    /// The meter closed at `horizon` (at or after this run's end).
+    pub fn energy_until(&self, horizon: f64) -> super::meter::EnergyTotals {
+        self.meter
+            .close(self.makespan_s, horizon.max(self.makespan_s))
     }
 }
 
@@ -406,11 +411,7 @@ pub fn build_state<'a>(
                 index,
                 jobs: vec![],
                 clock: gt.default_sm_clock,
-                power_w: gt.idle_power.0,
-                job_power_w: vec![],
                 last_s: 0.0,
-                busy_energy_j: 0.0,
-                idle_energy_j: 0.0,
                 busy_share_s: 0.0,
                 busy_frac: 0.0,
             });
@@ -432,7 +433,12 @@ pub fn build_state<'a>(
             ),
             cpu_milli: n.cpu_milli,
             memory_mib: n.memory_mib,
-            busy_gpus: 0,
+            jobs: 0,
+            power: PowerState::Up,
+            boot_until: 0.0,
+            usable: true,
+            epoch: 0,
+            running_vcpus: 0.0,
         });
     }
     State {
@@ -450,12 +456,38 @@ pub fn build_state<'a>(
     }
 }
 
+/// The facility of `st`'s nodes: hosts as `spec` says, power saving as `saving` says.
+pub fn facility_of(
+    st: &State<'_>,
+    spec: super::meter::HostSpec,
+    saving: super::meter::PowerSaving,
+) -> Facility {
+    let nodes: Vec<(&str, f64)> = st
+        .nodes
+        .iter()
+        .map(|n| {
+            let t = n.res.gpu_type.unwrap_or(0);
+            #[allow(clippy::cast_precision_loss)]
+            let vcpus = n.cpu_milli as f64 / 1000.0;
+            (st.cfg.gpu_types[t].name.as_str(), vcpus)
+        })
+        .collect();
+    Facility::new(&nodes, spec, saving)
+}
+
 /// The engine's working set for one run.
 struct Run<'w> {
     world: &'w World,
     heap: BinaryHeap<Queued>,
     seq: u64,
     meter: EnergyMeter,
+    /// A share beside another user's MPS server runs outside MPS (the site's node rule).
+    time_slice: bool,
+    /// Nodes booting and powered down now (a pass is tried only where there are some).
+    booting: usize,
+    off: usize,
+    /// Jobs holding resources now.
+    allocated: usize,
 }
 
 impl Run<'_> {
@@ -467,32 +499,87 @@ impl Run<'_> {
         });
         self.seq += 1;
     }
+
+    fn set_power(&mut self, st: &mut State<'_>, n: usize, p: PowerState) {
+        let t = st.now;
+        let old = st.nodes[n].power;
+        if old == p {
+            return;
+        }
+        self.booting -= usize::from(old == PowerState::Booting);
+        self.off -= usize::from(old == PowerState::Off);
+        self.booting += usize::from(p == PowerState::Booting);
+        self.off += usize::from(p == PowerState::Off);
+        st.nodes[n].power = p;
+        st.nodes[n].epoch += 1;
+        st.version += 1;
+        self.meter.state(t, n, p);
+    }
+
+    /// Node `n` has no job from now on: with power saving, it is suspended `SuspendTime` later
+    /// unless a job comes first.
+    fn idle_from_now(&mut self, st: &mut State<'_>, n: usize) {
+        let t = st.now;
+        self.meter.allocated(t, n, false);
+        if let Some(s) = self.meter.facility().saving.suspend_time_s {
+            let e = st.nodes[n].epoch;
+            self.push(t + s, Event::Suspend(n, e));
+        }
+    }
 }
 
-/// Runs the jobs of `st` to completion under `sched`, in `world`.
+/// Where the first waiting job that could not start will start, judged from the running jobs'
+/// time limits: the node, and when.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Reservation {
+    node: usize,
+    shadow_s: f64,
+}
+
+/// Runs the jobs of `st` to completion under `sched`, in `world`, metered in `facility`.
 pub fn run(
     st: &mut State<'_>,
     world: &World,
     sched: &mut dyn Scheduler,
-    suspend_time_s: f64,
+    facility: Facility,
     mut progress: impl FnMut(usize),
 ) -> RunMetrics {
+    let gpu_idle: Vec<f64> = st.gpus.iter().map(|g| world.idle_w(g.gpu_type)).collect();
+    let nodes_gpus: Vec<Vec<usize>> = st.nodes.iter().map(|n| n.gpus.clone()).collect();
     let mut r = Run {
         world,
         heap: BinaryHeap::new(),
         seq: 0,
-        meter: EnergyMeter::new(st, suspend_time_s),
+        meter: EnergyMeter::new(facility, nodes_gpus, gpu_idle, st.jobs.len()),
+        time_slice: st.cfg.node.other_user_share == OtherUserShare::TimeSlice,
+        booting: 0,
+        off: 0,
+        allocated: 0,
     };
     for j in 0..st.jobs.len() {
         let t = st.jobs[j].submit_s;
         r.push(t, Event::Arrival(j));
     }
+    for n in 0..st.nodes.len() {
+        r.idle_from_now(st, n);
+    }
     let mut waiting: VecDeque<usize> = VecDeque::new();
+    let mut arrivals_left = st.jobs.len();
     let mut done = 0usize;
+    let mut makespan = 0.0f64;
     loop {
+        // Nothing but power saving left to happen (every job arrived, none holds resources):
+        // give every waiting job one more chance on the cluster as it is (the engine otherwise
+        // retries only what a freed node could take), else the run is over.
+        if arrivals_left == 0 && r.allocated == 0 {
+            if waiting.is_empty()
+                || !start_waiting(st, sched, &mut r, &mut waiting, None, usize::MAX)
+            {
+                break;
+            }
+            continue;
+        }
         let Some(Queued { t, ev, .. }) = r.heap.pop() else {
-            // Nothing left to happen: give every waiting job one more chance on the cluster as
-            // it is (the engine otherwise retries only what a freed node could take).
             if waiting.is_empty()
                 || !start_waiting(st, sched, &mut r, &mut waiting, None, usize::MAX)
             {
@@ -502,10 +589,17 @@ pub fn run(
         };
         // A finish event a later rate change superseded is not an event: taking its time would
         // move the clock (and the makespan and energy horizon) to a moment nothing happens at.
-        if let Event::Finish(j, v) = ev {
-            if st.jobs[j].version != v || st.jobs[j].finish_s.is_some() {
+        match ev {
+            Event::Finish(j, v)
+                if st.jobs[j].version != v || !st.jobs[j].allocated() || st.jobs[j].booting =>
+            {
                 continue;
             }
+            Event::Kill(j) if !st.jobs[j].allocated() || st.jobs[j].booting => continue,
+            Event::Suspend(n, e) | Event::PoweredOff(n, e) if st.nodes[n].epoch != e => {
+                continue;
+            }
+            _ => {}
         }
         st.now = t;
         let waiting_now: Vec<usize> = waiting.iter().copied().collect();
@@ -514,29 +608,59 @@ pub fn run(
         }
         match ev {
             Event::Arrival(j) => {
-                // Backfill: a job that fits now starts now, even with others waiting (they
-                // fit nowhere, so it delays none of them in this reservation-free model).
-                if !try_start(st, sched, &mut r, j) {
+                arrivals_left -= 1;
+                // Backfill: a job that fits now starts now, even with others waiting, where it
+                // does not delay the reservation of the first of them.
+                let res = waiting.front().and_then(|&h| reserve(st, h));
+                if !try_start(st, sched, &mut r, j, res) {
                     waiting.push_back(j);
                     st.version += 1;
                 }
             }
-            Event::Finish(j, _) => {
+            Event::Finish(j, _) | Event::Kill(j) => {
                 let freed_node = st.gpus[st.jobs[j].gpus[0]].node;
-                finish(st, sched, &mut r, j);
+                let killed = matches!(ev, Event::Kill(_)) && {
+                    for &g in &st.jobs[j].gpus.clone() {
+                        advance_gpu(st, g, t);
+                    }
+                    // A job whose work completes at its limit finished in time.
+                    let job = &st.jobs[j];
+                    job.work_s - job.done_s > 1e-9 * job.work_s.max(1.0)
+                };
+                finish(st, sched, &mut r, j, killed);
                 done += 1;
+                makespan = makespan.max(t);
                 progress(done);
-                // Freed resources: start what now fits, in queue order (backfill without
-                // reservations, within a bounded look-ahead as Slurm's bf_max_job_test does).
+                // Freed resources: start what now fits, in queue order (backfill within a bounded
+                // look-ahead, as Slurm's bf_max_job_test does).
                 start_waiting(st, sched, &mut r, &mut waiting, Some(freed_node), 100);
+            }
+            Event::Suspend(n, _) => {
+                if st.nodes[n].jobs == 0 && st.nodes[n].power == PowerState::Up {
+                    r.set_power(st, n, PowerState::PoweringDown);
+                    let e = st.nodes[n].epoch;
+                    let timeout = r.meter.facility().saving.suspend_timeout_s;
+                    r.push(t + timeout, Event::PoweredOff(n, e));
+                }
+            }
+            Event::PoweredOff(n, _) => {
+                if st.nodes[n].power == PowerState::PoweringDown {
+                    r.set_power(st, n, PowerState::Off);
+                }
+            }
+            Event::NodeUp(n) => {
+                boot_done(st, sched, &mut r, n);
+                start_waiting(st, sched, &mut r, &mut waiting, Some(n), 100);
             }
         }
     }
-    close(st, world, r.meter)
+    close(st, world, r, makespan)
 }
 
 /// Tries the first `depth` waiting jobs, in queue order (only those that could use `freed` when
-/// given: it is the only node that gained room since they last failed). True if any started.
+/// given: it is the only node that gained room since they last failed). The first job that
+/// cannot start gets a reservation; the jobs behind it start only where they do not delay it.
+/// True if any started.
 fn start_waiting(
     st: &mut State<'_>,
     sched: &mut dyn Scheduler,
@@ -548,135 +672,97 @@ fn start_waiting(
     let mut started = false;
     let mut k = 0;
     let mut tried = 0;
+    let mut res: Option<Option<Reservation>> = None;
     while k < waiting.len() && tried < depth {
         let wj = waiting[k];
         tried += 1;
-        if freed.is_none_or(|n| could_use(st, wj, n)) && try_start(st, sched, r, wj) {
+        let blocking = res.flatten();
+        if freed.is_none_or(|n| could_use(st, wj, n)) && try_start(st, sched, r, wj, blocking) {
             waiting.remove(k);
             started = true;
-        } else {
-            k += 1;
+            continue;
         }
+        if res.is_none() {
+            res = Some(reserve(st, wj));
+        }
+        k += 1;
     }
     started
 }
 
-fn close(st: &mut State<'_>, world: &World, meter: EnergyMeter) -> RunMetrics {
-    let end = st.now;
-    for g in 0..st.gpus.len() {
-        advance_gpu(st, g, end);
-    }
-    let mut m = RunMetrics {
-        jobs: st.jobs.len(),
-        unstarted: st.jobs.iter().filter(|j| j.start_s.is_none()).count(),
-        unfinished: st
-            .jobs
-            .iter()
-            .filter(|j| j.start_s.is_some() && j.finish_s.is_none())
-            .count(),
-        busy_energy_j: 0.0,
-        idle_energy_j: 0.0,
-        meter,
-        jct_s: st
-            .jobs
-            .iter()
-            .filter_map(|j| j.finish_s.map(|f| f - j.submit_s))
-            .collect(),
-        mean_wait_s: 0.0,
-        mean_run_s: 0.0,
-        makespan_s: end,
-        alloc_rate: 0.0,
-        utilisation: 0.0,
-        violations: 0,
-        energy_lower_bound_j: 0.0,
-        errors: Vec::new(),
-    };
-    let finished: Vec<(f64, f64, f64)> = st
-        .jobs
-        .iter()
-        .filter_map(|j| Some((j.submit_s, j.start_s?, j.finish_s?)))
-        .collect();
-    #[allow(clippy::cast_precision_loss)]
-    let n = finished.len().max(1) as f64;
-    m.mean_wait_s = finished.iter().map(|(a, s, _)| s - a).sum::<f64>() / n;
-    m.mean_run_s = finished.iter().map(|(_, s, f)| f - s).sum::<f64>() / n;
-    let capacity_time = st.gpus.len() as f64 * end.max(1e-9);
-    let mut alloc = 0.0;
-    for g in &st.gpus {
-        m.busy_energy_j += g.busy_energy_j;
-        m.idle_energy_j += g.idle_energy_j;
-        m.utilisation += g.busy_share_s;
-    }
-    let reference = &st.cfg.gpu_types[st.cfg.reference_gpu];
-    for j in &st.jobs {
-        let (Some(s), Some(f)) = (j.start_s, j.finish_s) else {
-            continue;
-        };
-        alloc += f64::from(j.num_gpus) * j.share.fraction() * (f - s);
-        let class = &st.cfg.classes[j.class];
-        let t = st.gpus[j.gpus[0]].gpu_type;
-        let gt = &st.cfg.gpu_types[t];
-        let real_rate = world.alone_rate(j.class, &j.truth, t);
-        let alone = j.work_s / real_rate.max(1e-12);
-        let bound = class.slowdown_bound.unwrap_or(st.cfg.policy.slowdown_bound);
-        if (f - s) > alone * bound * (1.0 + 1e-6) {
-            m.violations += 1;
-        }
-        // heshare's predictor for the same job alone on this type at the default clock.
-        let p = predict(
-            gt,
-            reference,
-            &[Tenant {
-                class,
-                share: SharePct::FULL,
-                user: 0,
-            }],
-            gt.default_sm_clock,
-            st.params,
-        );
-        let predicted_rate = match class.kind {
-            JobKind::Training => class.reference_runtime_s / p.jobs[0].runtime.0,
-            JobKind::Inference => class.reference_runtime_s / p.jobs[0].runtime.0,
-        };
-        let real_power = world.alone_power_w(j.class, &j.truth, t);
-        m.errors.push(PredictionError {
-            class: j.class,
-            gpu_type: t,
-            runtime_ratio: real_rate / predicted_rate.max(1e-12),
-            energy_ratio: (p.power.0 / predicted_rate.max(1e-12))
-                / (real_power / real_rate.max(1e-12)),
-        });
-        m.energy_lower_bound_j += lower_bound_j(st, world, j) * f64::from(j.num_gpus);
-    }
-    m.alloc_rate = alloc / capacity_time;
-    m.utilisation /= capacity_time;
-    m
-}
-
-/// The least busy energy `job` could need in the world: alone on its most efficient allowed type
-/// at its most efficient clock, with no idle energy.
-fn lower_bound_j(st: &State<'_>, world: &World, job: &SimJob) -> f64 {
-    let mut best = f64::INFINITY;
-    for (t, gt) in st.cfg.gpu_types.iter().enumerate() {
-        if !(job.gpu_types.is_empty() || job.gpu_types.contains(&t)) {
+/// The reservation of waiting job `h`: the node where its request (as its trace entry gives
+/// it) fits soonest as the jobs there end by their time limits, and when. `None` where no node
+/// could ever take it.
+fn reserve(st: &State<'_>, h: usize) -> Option<Reservation> {
+    let job = &st.jobs[h];
+    let share = super::schedulers::is_share(job);
+    let want = u32::from(trace_share(job).get());
+    let mut best: Option<Reservation> = None;
+    for (n, node) in st.nodes.iter().enumerate() {
+        if node.power == PowerState::PoweringDown
+            || i64::try_from(node.cpu_milli).unwrap_or(i64::MAX) < job.pod.cpu_milli
+            || i64::try_from(node.memory_mib).unwrap_or(i64::MAX) < job.pod.memory_mib
+        {
             continue;
         }
-        for &f in gt.sm_clocks.iter().step_by(4) {
-            let g = world.gpu(
-                t,
-                f64::from(f.0),
-                &[Occupant {
-                    class: job.class,
-                    truth: &job.truth,
-                    share: SharePct::FULL,
-                    runs: Runs::Mps,
-                }],
-            );
-            let dynamic = g.power_w - world.idle_w(t);
-            best = best.min(dynamic * job.work_s / g.rate[0].max(1e-12));
+        let allowed: Vec<usize> = node
+            .gpus
+            .iter()
+            .copied()
+            .filter(|&g| st.type_allowed(job, st.gpus[g].gpu_type))
+            .collect();
+        if allowed.len() < job.num_gpus as usize {
+            continue;
+        }
+        // The jobs here, by when they end at the latest.
+        let mut here: Vec<usize> = node
+            .gpus
+            .iter()
+            .flat_map(|&g| st.gpus[g].jobs.iter().copied())
+            .collect();
+        here.sort_unstable();
+        here.dedup();
+        let end = |j: usize| st.jobs[j].ends_by_limit(node.boot_until);
+        here.sort_by(|&a, &b| end(a).total_cmp(&end(b)));
+        let fits = |gone: usize| {
+            let left = &here[gone..];
+            let cpu: i64 = left.iter().map(|&j| st.jobs[j].pod.cpu_milli).sum();
+            let mem: i64 = left.iter().map(|&j| st.jobs[j].pod.memory_mib).sum();
+            if i64::try_from(node.cpu_milli).unwrap_or(i64::MAX) - cpu < job.pod.cpu_milli
+                || i64::try_from(node.memory_mib).unwrap_or(i64::MAX) - mem < job.pod.memory_mib
+            {
+                return false;
+            }
+            let on = |g: usize| st.gpus[g].jobs.iter().filter(|j| left.contains(j));
+            if share {
+                allowed.iter().any(|&g| {
+                    !on(g).clone().any(|&j| st.jobs[j].exclusive)
+                        && on(g)
+                            .map(|&j| u32::from(st.jobs[j].share.get()))
+                            .sum::<u32>()
+                            + want
+                            <= 100
+                })
+            } else {
+                allowed.iter().filter(|&&g| on(g).next().is_none()).count() >= job.num_gpus as usize
+            }
+        };
+        let Some(gone) = (0..=here.len()).find(|&k| fits(k)) else {
+            continue;
+        };
+        let at = if gone == 0 {
+            st.now.max(node.boot_until)
+        } else {
+            end(here[gone - 1]).max(st.now)
+        };
+        if best.is_none_or(|b| at < b.shadow_s) {
+            best = Some(Reservation {
+                node: n,
+                shadow_s: at,
+            });
         }
     }
-    if best.is_finite() { best } else { 0.0 }
+    best
 }
 
 /// Whether job `j` could possibly start on `node`: an allowed GPU type, enough idle GPUs for a
@@ -704,18 +790,12 @@ fn could_use(st: &State<'_>, j: usize, node: usize) -> bool {
     }
 }
 
-/// Brings `gpu`'s energy and its jobs' progress up to `t`.
+/// Brings `gpu`'s jobs' progress and its busy time up to `t`.
 fn advance_gpu(st: &mut State<'_>, gpu: usize, t: f64) {
     let g = &mut st.gpus[gpu];
     let dt = (t - g.last_s).max(0.0);
-    if g.jobs.is_empty() {
-        g.idle_energy_j += g.power_w * dt;
-    } else {
-        g.busy_energy_j += g.power_w * dt;
+    if !g.jobs.is_empty() {
         g.busy_share_s += g.busy_frac * dt;
-        for (k, &j) in g.jobs.iter().enumerate() {
-            st.jobs[j].energy_j += g.job_power_w[k] * dt;
-        }
     }
     g.last_s = t;
     let jobs: Vec<usize> = st.gpus[gpu].jobs.clone();
@@ -733,18 +813,22 @@ fn mps_user(st: &State<'_>, gpu: usize) -> Option<u32> {
     (!st.jobs[first].exclusive).then_some(st.jobs[first].user)
 }
 
-/// Applies the scheduler's clock to `gpu`, recomputes its jobs' true rates and power, and
-/// re-issues their finish events.
+/// Applies the scheduler's clock to `gpu`, recomputes its jobs' true rates and power, tells the
+/// meter, and re-issues their finish events.
 fn refresh_gpu(st: &mut State<'_>, sched: &mut dyn Scheduler, r: &mut Run<'_>, gpu: usize) {
     let t = st.now;
-    if st.gpus[gpu].jobs.is_empty() {
-        let gt = &st.cfg.gpu_types[st.gpus[gpu].gpu_type];
-        let (clock, idle_w) = (gt.default_sm_clock, gt.idle_power.0);
+    let node_up = st.nodes[st.gpus[gpu].node].power == PowerState::Up;
+    if st.gpus[gpu].jobs.is_empty() || !node_up {
+        // Idle, or holding jobs that wait for their node to boot: nothing runs.
+        let clock = st.cfg.gpu_types[st.gpus[gpu].gpu_type].default_sm_clock;
         let g = &mut st.gpus[gpu];
         g.clock = clock;
-        g.power_w = idle_w;
-        g.job_power_w.clear();
         g.busy_frac = 0.0;
+        for &j in &g.jobs {
+            st.jobs[j].rate = 0.0;
+            st.jobs[j].version += 1;
+        }
+        r.meter.gpu(t, gpu, 0.0, &[]);
         return;
     }
     let clock = sched.clock(st, gpu);
@@ -772,10 +856,15 @@ fn refresh_gpu(st: &mut State<'_>, sched: &mut dyn Scheduler, r: &mut Run<'_>, g
             .collect();
         r.world.gpu(g.gpu_type, f64::from(clock.0), &occ)
     };
+    let attributed: Vec<(usize, f64)> = st.gpus[gpu]
+        .jobs
+        .iter()
+        .copied()
+        .zip(truth.job_power_w.iter().copied())
+        .collect();
+    r.meter.gpu(t, gpu, truth.power_w, &attributed);
     let g = &mut st.gpus[gpu];
     g.clock = clock;
-    g.power_w = truth.power_w;
-    g.job_power_w = truth.job_power_w;
     g.busy_frac = truth.busy;
     let jobs = g.jobs.clone();
     for (k, j) in jobs.into_iter().enumerate() {
@@ -793,12 +882,47 @@ fn refresh_gpu(st: &mut State<'_>, sched: &mut dyn Scheduler, r: &mut Run<'_>, g
     }
 }
 
-fn try_start(st: &mut State<'_>, sched: &mut dyn Scheduler, r: &mut Run<'_>, j: usize) -> bool {
+/// The power states a placement attempt may use, in Slurm's order: powered-up nodes, then
+/// booting ones, then powered-down ones.
+const PASSES: [&[PowerState]; 3] = [
+    &[PowerState::Up],
+    &[PowerState::Up, PowerState::Booting],
+    &[PowerState::Up, PowerState::Booting, PowerState::Off],
+];
+
+/// Asks the scheduler where job `j` starts, pass by pass, under `res` (the reserved node is not
+/// usable unless the job ends by its limit before the reservation); starts it there.
+fn try_start(
+    st: &mut State<'_>,
+    sched: &mut dyn Scheduler,
+    r: &mut Run<'_>,
+    j: usize,
+    res: Option<Reservation>,
+) -> bool {
+    let blocked = res
+        .filter(|b| st.now + st.jobs[j].limit_s > b.shadow_s)
+        .map(|b| b.node);
+    let mut placed = None;
+    for (k, pass) in PASSES.iter().enumerate() {
+        if (k == 1 && r.booting == 0) || (k == 2 && r.off == 0) {
+            continue;
+        }
+        for (n, node) in st.nodes.iter_mut().enumerate() {
+            node.usable = pass.contains(&node.power) && blocked != Some(n);
+        }
+        placed = sched.place(st, j);
+        if placed.is_some() {
+            break;
+        }
+    }
+    for node in &mut st.nodes {
+        node.usable = node.power == PowerState::Up;
+    }
     let Some(Placement {
         gpus,
         share,
         exclusive,
-    }) = sched.place(st, j)
+    }) = placed
     else {
         return false;
     };
@@ -806,13 +930,20 @@ fn try_start(st: &mut State<'_>, sched: &mut dyn Scheduler, r: &mut Run<'_>, j: 
     for &g in &gpus {
         advance_gpu(st, g, t);
     }
-    // A share beside another user's MPS server: heshare's node helper runs it outside MPS.
+    let node = st.gpus[gpus[0]].node;
+    if st.nodes[node].power == PowerState::Off {
+        r.set_power(st, node, PowerState::Booting);
+        let resume = r.meter.facility().saving.resume_s;
+        st.nodes[node].boot_until = t + resume;
+        r.push(t + resume, Event::NodeUp(node));
+    }
+    let up = st.nodes[node].power == PowerState::Up;
+    // A share beside another user's MPS server: the site's node rule runs it outside MPS.
     let native = !exclusive
-        && sched.time_slices_other_users()
+        && r.time_slice
         && gpus
             .iter()
             .any(|&g| mps_user(st, g).is_some_and(|u| u != st.jobs[j].user));
-    let node = st.gpus[gpus[0]].node;
     let local: Vec<usize> = gpus
         .iter()
         .map(|&g| usize::try_from(st.gpus[g].index).unwrap_or(0))
@@ -823,8 +954,12 @@ fn try_start(st: &mut State<'_>, sched: &mut dyn Scheduler, r: &mut Run<'_>, j: 
         job.share = share;
         job.exclusive = exclusive;
         job.native = native;
-        job.start_s = Some(t);
+        job.alloc_s = Some(t);
+        job.booting = !up;
         job.last_s = t;
+    }
+    if up {
+        begin(st, r, j);
     }
     let mut pod = st.jobs[j].pod.clone();
     pod.gpu_milli = if pod.num_gpus == 0 {
@@ -833,13 +968,14 @@ fn try_start(st: &mut State<'_>, sched: &mut dyn Scheduler, r: &mut Run<'_>, j: 
         u32::from(share.get()) * 10
     };
     st.nodes[node].res.take(&pod, &local);
+    if st.nodes[node].jobs == 0 {
+        r.meter.allocated(t, node, true);
+    }
+    st.nodes[node].jobs += 1;
+    r.allocated += 1;
+    // A pending suspend is void.
+    st.nodes[node].epoch += 1;
     for &g in &gpus {
-        if st.gpus[g].jobs.is_empty() {
-            if st.nodes[node].busy_gpus == 0 {
-                r.meter.wake(node, t);
-            }
-            st.nodes[node].busy_gpus += 1;
-        }
         st.gpus[g].jobs.push(j);
         let user = format!("u{}", st.jobs[j].user);
         st.view.gpus[g].jobs.push(PlacedJob {
@@ -858,13 +994,61 @@ fn try_start(st: &mut State<'_>, sched: &mut dyn Scheduler, r: &mut Run<'_>, j: 
     true
 }
 
-fn finish(st: &mut State<'_>, sched: &mut dyn Scheduler, r: &mut Run<'_>, j: usize) {
+/// Job `j` starts running now: its limit starts, its cores draw.
+fn begin(st: &mut State<'_>, r: &mut Run<'_>, j: usize) {
+    let t = st.now;
+    let job = &mut st.jobs[j];
+    job.start_s = Some(t);
+    job.booting = false;
+    job.last_s = t;
+    let limit = job.limit_s;
+    #[allow(clippy::cast_precision_loss)]
+    let vcpus = job.pod.cpu_milli.max(0) as f64 / 1000.0;
+    r.push(t + limit, Event::Kill(j));
+    let node = st.gpus[st.jobs[j].gpus[0]].node;
+    st.nodes[node].running_vcpus += vcpus;
+    r.meter.vcpus(t, node, st.nodes[node].running_vcpus);
+}
+
+/// Node `n` has booted: its jobs start.
+fn boot_done(st: &mut State<'_>, sched: &mut dyn Scheduler, r: &mut Run<'_>, n: usize) {
+    if st.nodes[n].power != PowerState::Booting {
+        return;
+    }
+    r.set_power(st, n, PowerState::Up);
+    let mut jobs: Vec<usize> = st.nodes[n]
+        .gpus
+        .iter()
+        .flat_map(|&g| st.gpus[g].jobs.iter().copied())
+        .filter(|&j| st.jobs[j].booting)
+        .collect();
+    jobs.sort_unstable();
+    jobs.dedup();
+    for &j in &jobs {
+        begin(st, r, j);
+    }
+    let t = st.now;
+    for g in st.nodes[n].gpus.clone() {
+        advance_gpu(st, g, t);
+        refresh_gpu(st, sched, r, g);
+    }
+    if st.nodes[n].jobs == 0 {
+        r.idle_from_now(st, n);
+    }
+}
+
+/// Job `j` leaves its GPUs: finished, or killed at its time limit.
+fn finish(st: &mut State<'_>, sched: &mut dyn Scheduler, r: &mut Run<'_>, j: usize, killed: bool) {
     let t = st.now;
     let gpus = st.jobs[j].gpus.clone();
     for &g in &gpus {
         advance_gpu(st, g, t);
     }
-    st.jobs[j].finish_s = Some(t);
+    if killed {
+        st.jobs[j].killed_s = Some(t);
+    } else {
+        st.jobs[j].finish_s = Some(t);
+    }
     let node = st.gpus[gpus[0]].node;
     let local: Vec<usize> = gpus
         .iter()
@@ -877,6 +1061,13 @@ fn finish(st: &mut State<'_>, sched: &mut dyn Scheduler, r: &mut Run<'_>, j: usi
         u32::from(st.jobs[j].share.get()) * 10
     };
     st.nodes[node].res.release(&pod, &local);
+    #[allow(clippy::cast_precision_loss)]
+    let vcpus = st.jobs[j].pod.cpu_milli.max(0) as f64 / 1000.0;
+    if st.jobs[j].start_s.is_some() {
+        let n = &mut st.nodes[node];
+        n.running_vcpus = (n.running_vcpus - vcpus).max(0.0);
+        r.meter.vcpus(t, node, n.running_vcpus);
+    }
     for &g in &gpus {
         let pos = st.gpus[g].jobs.iter().position(|&x| x == j);
         if let Some(p) = pos {
@@ -884,17 +1075,162 @@ fn finish(st: &mut State<'_>, sched: &mut dyn Scheduler, r: &mut Run<'_>, j: usi
             st.view.gpus[g].jobs.remove(p);
             st.groups.update(g, &st.view.gpus[g]);
         }
-        if st.gpus[g].jobs.is_empty() {
-            let n = &mut st.nodes[node];
-            n.busy_gpus -= 1;
-            if n.busy_gpus == 0 {
-                r.meter.rest(node, t);
-            }
-        }
         refresh_gpu(st, sched, r, g);
+    }
+    st.nodes[node].jobs -= 1;
+    r.allocated -= 1;
+    if st.nodes[node].jobs == 0 {
+        st.nodes[node].epoch += 1;
+        r.idle_from_now(st, node);
     }
     st.version += 1;
     sched.finished(st, j);
+}
+
+fn close(st: &mut State<'_>, world: &World, r: Run<'_>, makespan: f64) -> RunMetrics {
+    let end = makespan;
+    for g in 0..st.gpus.len() {
+        advance_gpu(st, g, end);
+    }
+    let meter = r.meter;
+    let energy = meter.job_energy_j();
+    let killed_gpu_energy_j = st
+        .jobs
+        .iter()
+        .enumerate()
+        .filter(|(_, j)| j.killed_s.is_some())
+        .map(|(k, _)| energy[k])
+        .sum();
+    let mut m = RunMetrics {
+        jobs: st.jobs.len(),
+        unstarted: st.jobs.iter().filter(|j| j.alloc_s.is_none()).count(),
+        unfinished: st.jobs.iter().filter(|j| j.allocated()).count(),
+        killed: st.jobs.iter().filter(|j| j.killed_s.is_some()).count(),
+        killed_by_sharing_or_clock: 0,
+        killed_gpu_energy_j,
+        resumes: meter.resumes(),
+        meter,
+        jct_s: st
+            .jobs
+            .iter()
+            .filter_map(|j| j.finish_s.map(|f| f - j.submit_s))
+            .collect(),
+        mean_wait_s: 0.0,
+        mean_run_s: 0.0,
+        makespan_s: end,
+        alloc_rate: 0.0,
+        utilisation: 0.0,
+        violations: 0,
+        errors: Vec::new(),
+    };
+    let finished: Vec<(f64, f64, f64)> = st
+        .jobs
+        .iter()
+        .filter_map(|j| Some((j.submit_s, j.start_s?, j.finish_s?)))
+        .collect();
+    #[allow(clippy::cast_precision_loss)]
+    let n = finished.len().max(1) as f64;
+    m.mean_wait_s = finished.iter().map(|(a, s, _)| s - a).sum::<f64>() / n;
+    m.mean_run_s = finished.iter().map(|(_, s, f)| f - s).sum::<f64>() / n;
+    #[allow(clippy::cast_precision_loss)]
+    let capacity_time = st.gpus.len() as f64 * end.max(1e-9);
+    let mut alloc = 0.0;
+    for g in &st.gpus {
+        m.utilisation += g.busy_share_s;
+    }
+    let reference = &st.cfg.gpu_types[st.cfg.reference_gpu];
+    for j in &st.jobs {
+        let Some(s) = j.start_s else { continue };
+        let Some(f) = j.finish_s.or(j.killed_s) else {
+            continue;
+        };
+        alloc += f64::from(j.num_gpus) * j.share.fraction() * (f - s);
+        let t = st.gpus[j.gpus[0]].gpu_type;
+        let real_rate = world.alone_rate(j.class, &j.truth, t);
+        let alone = j.work_s / real_rate.max(1e-12);
+        if j.killed_s.is_some() {
+            if alone <= j.limit_s {
+                m.killed_by_sharing_or_clock += 1;
+            }
+            continue;
+        }
+        let class = &st.cfg.classes[j.class];
+        let gt = &st.cfg.gpu_types[t];
+        let bound = class.slowdown_bound.unwrap_or(st.cfg.policy.slowdown_bound);
+        if (f - s) > alone * bound * (1.0 + 1e-6) {
+            m.violations += 1;
+        }
+        // heshare's predictor for the same job alone on this type at the default clock.
+        let p = predict(
+            gt,
+            reference,
+            &[Tenant {
+                class,
+                share: SharePct::FULL,
+                user: 0,
+            }],
+            gt.default_sm_clock,
+            st.params,
+        );
+        let predicted_rate = class.reference_runtime_s / p.jobs[0].runtime.0;
+        let real_power = world.alone_power_w(j.class, &j.truth, t);
+        m.errors.push(PredictionError {
+            class: j.class,
+            gpu_type: t,
+            runtime_ratio: real_rate / predicted_rate.max(1e-12),
+            energy_ratio: (p.power.0 / predicted_rate.max(1e-12))
+                / (real_power / real_rate.max(1e-12)),
+        });
+    }
+    m.alloc_rate = alloc / capacity_time;
+    m.utilisation /= capacity_time;
+    m
+}
+
+/// The least facility energy the jobs could need in the world, each alone on its most
+/// efficient allowed type present and clock, charged what it keeps on while it runs (its GPUs'
+/// idle and context power and its share of their node's host, in proportion to the GPU time it
+/// uses, as with perfect packing), its work and its cores, at the wall; no idle hardware, no
+/// waiting.
+pub fn energy_lower_bound_j(st: &State<'_>, world: &World, facility: &Facility) -> f64 {
+    let types = st.cfg.gpu_types.len();
+    // Per type: the least host power per GPU of its nodes, and that node's per-vCPU power.
+    let mut host: Vec<Option<(f64, f64)>> = vec![None; types];
+    for (n, node) in st.nodes.iter().enumerate() {
+        let Some(t) = node.res.gpu_type else { continue };
+        let h = &facility.hosts[n];
+        #[allow(clippy::cast_precision_loss)]
+        let per_gpu = h.idle_w / node.gpus.len().max(1) as f64;
+        if host[t].is_none_or(|(w, _)| per_gpu < w) {
+            host[t] = Some((per_gpu, h.vcpu_w));
+        }
+    }
+    let psu = facility.psu_efficiency.max(1e-9);
+    let mut total = 0.0;
+    for job in &st.jobs {
+        let mut best = f64::INFINITY;
+        #[allow(clippy::cast_precision_loss)]
+        let vcpus = job.pod.cpu_milli.max(0) as f64 / 1000.0;
+        for (t, gt) in st.cfg.gpu_types.iter().enumerate() {
+            let Some((host_w, vcpu_w)) = host[t] else {
+                continue;
+            };
+            if !st.type_allowed(job, t) {
+                continue;
+            }
+            for &f in gt.sm_clocks.iter().step_by(4) {
+                let a = world.alone_point(t, f64::from(f.0), job.class, &job.truth);
+                let runtime = job.work_s / a.rate.max(1e-12);
+                let per_gpu = (a.static_w + host_w) * a.busy + a.work_w;
+                let e = (per_gpu * f64::from(job.num_gpus) + vcpu_w * vcpus) * runtime / psu;
+                best = best.min(e);
+            }
+        }
+        if best.is_finite() {
+            total += best;
+        }
+    }
+    total
 }
 
 #[cfg(test)]
@@ -902,9 +1238,11 @@ mod tests {
     use super::*;
     use crate::cli::BUNDLED_CONFIG;
     use crate::cluster::{OPENB_GPU_NODES, parse_node_list};
+    use crate::sim::meter::{HostSpec, PowerSaving};
     use crate::sim::packing::TypicalPods;
     use crate::sim::schedulers::{NAMES, Placement, Scheduler, by_name};
     use crate::sim::trace::{OPENB_DEFAULT_PODS, TraceFormat, parse};
+    use crate::units::Watts;
     use std::path::Path;
 
     /// Wraps a scheduler and checks the cluster's invariants every time it is asked to place.
@@ -930,11 +1268,15 @@ mod tests {
             let p = self.inner.place(st, j)?;
             let job = &st.jobs[j];
             assert_eq!(p.gpus.len(), job.num_gpus as usize);
+            let node = st.gpus[p.gpus[0]].node;
             assert!(
-                p.gpus
-                    .iter()
-                    .all(|&g| st.gpus[g].node == st.gpus[p.gpus[0]].node),
+                p.gpus.iter().all(|&g| st.gpus[g].node == node),
                 "all GPUs on one node"
+            );
+            assert!(
+                st.usable(node),
+                "{}: placed on a node it may not use",
+                self.name()
             );
             assert!(
                 p.gpus
@@ -947,6 +1289,15 @@ mod tests {
             let c = self.inner.clock(st, gpu);
             assert!(st.cfg.gpu_types[st.gpus[gpu].gpu_type].supports_clock(c));
             c
+        }
+        fn tick(&mut self, st: &State<'_>, waiting: &[usize]) -> bool {
+            self.inner.tick(st, waiting)
+        }
+        fn started(&mut self, st: &State<'_>, j: usize) {
+            self.inner.started(st, j);
+        }
+        fn finished(&mut self, st: &State<'_>, j: usize) {
+            self.inner.finished(st, j);
         }
     }
 
@@ -974,8 +1325,22 @@ mod tests {
         (cfg, small, trace)
     }
 
+    fn present(nodes: &[crate::cluster::Node]) -> Vec<usize> {
+        let mut p: Vec<usize> = nodes.iter().filter_map(|n| n.gpu_type).collect();
+        p.sort_unstable();
+        p.dedup();
+        p
+    }
+
     fn typical(trace: &[TraceJob]) -> TypicalPods {
         TypicalPods::from_pods(&trace.iter().map(Pod::from_trace).collect::<Vec<_>>())
+    }
+
+    fn saving(suspend: Option<f64>) -> PowerSaving {
+        PowerSaving {
+            suspend_time_s: suspend,
+            ..PowerSaving::default()
+        }
     }
 
     fn simulate<'a>(
@@ -985,7 +1350,7 @@ mod tests {
         typical: &'a TypicalPods,
         name: &str,
         seed: u64,
-    ) -> (RunMetrics, State<'a>) {
+    ) -> (RunMetrics, State<'a>, f64) {
         let gpus = nodes.iter().map(|n| n.gpus as usize).sum();
         let wl = WorkloadParams {
             load: 0.8,
@@ -995,60 +1360,75 @@ mod tests {
             seed,
         };
         let world = World::new(cfg);
-        let jobs = generate_jobs(cfg, &world, trace, gpus, wl);
+        let jobs = generate_jobs(cfg, &world, trace, gpus, &present(nodes), wl);
         let mut st = build_state(cfg, nodes, jobs);
+        let fac = facility_of(&st, HostSpec::Sourced, saving(Some(600.0)));
+        let bound = energy_lower_bound_j(&st, &world, &fac);
         let inner = by_name(name, &st, typical).expect("known");
         let mut sched = Checked { inner, checks: 0 };
         let mut finished = 0;
-        let m = run(&mut st, &world, &mut sched, 600.0, |n| finished = n);
+        let m = run(&mut st, &world, &mut sched, fac, |n| finished = n);
         assert!(sched.checks > 0);
         assert_eq!(
             finished,
             st.jobs.len(),
-            "{name}: progress reports every finish"
+            "{name}: progress reports every finish and kill"
         );
-        (m, st)
+        (m, st, bound)
     }
 
     #[test]
-    fn every_job_finishes_once_and_energy_adds_up_under_every_scheduler() {
+    fn every_job_ends_once_and_energy_adds_up_under_every_scheduler() {
         let (cfg, nodes, trace) = setup();
         let typical = typical(&trace);
         for name in NAMES {
-            let (m, st) = simulate(&cfg, &nodes, &trace, &typical, name, 7);
-            assert_eq!(m.jct_s.len(), st.jobs.len(), "{name}: every job finished");
-            for j in &st.jobs {
-                let (s, f) = (j.start_s.expect("started"), j.finish_s.expect("finished"));
-                assert!(
-                    j.submit_s <= s && s <= f,
-                    "{name}: submit {} start {s} finish {f}",
-                    j.submit_s
-                );
-                assert!(
-                    (j.done_s - j.work_s).abs() <= 1e-6 * j.work_s.max(1.0),
-                    "{name}: work {} of {}",
-                    j.done_s,
-                    j.work_s
-                );
+            let (m, st, bound) = simulate(&cfg, &nodes, &trace, &typical, name, 7);
+            assert_eq!(
+                m.jct_s.len() + m.killed,
+                st.jobs.len(),
+                "{name}: every job finished or was killed"
+            );
+            for (k, j) in st.jobs.iter().enumerate() {
+                let s = j.start_s.expect("started");
+                match (j.finish_s, j.killed_s) {
+                    (Some(f), None) => {
+                        assert!(j.submit_s <= s && s <= f, "{name}: job {k}");
+                        assert!(
+                            (j.done_s - j.work_s).abs() <= 1e-6 * j.work_s.max(1.0),
+                            "{name}: work {} of {}",
+                            j.done_s,
+                            j.work_s
+                        );
+                        assert!(f - s <= j.limit_s + 1e-6, "{name}: ran past its limit");
+                    }
+                    (None, Some(x)) => {
+                        assert!(
+                            (x - s - j.limit_s).abs() < 1e-6,
+                            "{name}: killed at its limit"
+                        );
+                        assert!(j.done_s < j.work_s, "{name}: a killed job's work is lost");
+                    }
+                    other => panic!("{name}: job {k} ended as {other:?}"),
+                }
             }
             assert!(
                 st.gpus.iter().all(|g| g.jobs.is_empty()),
                 "{name}: GPUs empty at the end"
             );
-            let attributed: f64 = st.jobs.iter().map(|j| j.energy_j).sum();
+            let e = m.energy_until(m.makespan_s);
+            let attributed: f64 = m.meter.job_energy_j().iter().sum();
             assert!(
-                (attributed - m.busy_energy_j).abs() <= 1e-6 * m.busy_energy_j,
-                "{name}: jobs' energy {attributed} vs busy {}",
-                m.busy_energy_j
+                (attributed - e.busy_gpu_j).abs() <= 1e-6 * e.busy_gpu_j,
+                "{name}: jobs' energy {attributed} vs busy GPUs {}",
+                e.busy_gpu_j
             );
+            // Idle GPUs on awake nodes are charged: the GPUs drew more than the busy ones did.
+            assert!(e.gpu_j > e.busy_gpu_j, "{name}: {e:?}");
             assert!(
-                m.idle_until(m.makespan_s).1 <= m.idle_energy_j + 1e-6,
-                "{name}: power saving cannot cost more"
+                e.facility_j > e.gpu_j + e.host_j,
+                "{name}: supplies lose something"
             );
-            assert!(
-                m.energy_lower_bound_j <= m.busy_energy_j,
-                "{name}: below the lower bound"
-            );
+            assert!(bound <= e.facility_j, "{name}: below the lower bound");
             assert!(
                 m.alloc_rate > 0.0 && m.alloc_rate <= 1.0 && m.utilisation <= m.alloc_rate + 1e-9,
                 "{name}"
@@ -1056,8 +1436,89 @@ mod tests {
         }
     }
 
+    /// One t4 node of two GPUs, one job alone on GPU 0 from time 0 at the default clock, power
+    /// saving off, each awake node charged a flat 100 W: the meter must read exactly what the
+    /// world's power says, the idle GPU beside the job included.
+    #[test]
+    fn facility_energy_of_one_job_is_what_the_world_and_the_host_draw() {
+        let (cfg, nodes, trace) = setup();
+        let t4 = cfg.gpu_type("t4").expect("t4");
+        let node: Vec<crate::cluster::Node> = nodes
+            .iter()
+            .filter(|n| n.gpu_type == Some(t4) && n.gpus == 2)
+            .take(1)
+            .cloned()
+            .collect();
+        assert_eq!(node.len(), 1);
+        let world = World::new(&cfg);
+        let mut jobs = generate_jobs(
+            &cfg,
+            &world,
+            &trace,
+            2,
+            &[t4],
+            WorkloadParams {
+                load: 0.5,
+                jobs: 1,
+                max_duration_s: 1000.0,
+                users: 1,
+                seed: 1,
+            },
+        );
+        let class = cfg.classes_of(JobKind::Training)[0];
+        let j = &mut jobs[0];
+        j.class = class;
+        j.truth = world.draw(class, 1.0, &mut SplitMix::new(2));
+        (j.num_gpus, j.gpu_milli, j.submit_s, j.work_s) = (1, 1000, 0.0, 1000.0);
+        (
+            j.pod.num_gpus,
+            j.pod.gpu_milli,
+            j.pod.cpu_milli,
+            j.pod.memory_mib,
+        ) = (1, 1000, 0, 0);
+        j.gpu_types = vec![];
+        j.limit_s = 1e6;
+        let mut st = build_state(&cfg, &node, jobs);
+        let fac = facility_of(&st, HostSpec::Flat(Watts(100.0)), saving(None));
+        let m = run(
+            &mut st,
+            &world,
+            &mut crate::sim::schedulers::SlurmExclusive,
+            fac,
+            |_| {},
+        );
+        let clock = f64::from(cfg.gpu_types[t4].default_sm_clock.0);
+        let job = &st.jobs[0];
+        let busy = world.gpu(
+            t4,
+            clock,
+            &[Occupant {
+                class,
+                truth: &job.truth,
+                share: SharePct::FULL,
+                runs: Runs::Mps,
+            }],
+        );
+        let runtime = 1000.0 / busy.rate[0];
+        assert!((m.makespan_s - runtime).abs() < 1e-6);
+        let idle = world.idle_w(t4);
+        let expected = (busy.power_w + idle + 100.0) * runtime;
+        let e = m.energy_until(runtime);
+        assert!(
+            (e.facility_j - expected).abs() < 1e-6 * expected,
+            "{e:?} vs {expected}"
+        );
+        assert!((e.gpu_j - (busy.power_w + idle) * runtime).abs() < 1e-6 * expected);
+        // An hour more of an idle cluster: the node idles on (power saving is off).
+        let later = m.energy_until(runtime + 3600.0);
+        assert!(
+            (later.facility_j - expected - (2.0 * idle + 100.0) * 3600.0).abs() < 1e-6 * expected
+        );
+    }
+
     /// A scheduler that places like plain Slurm but locks every GPU at its lowest clock: the
-    /// world must see the jobs run far slower than their bound allows.
+    /// world must see the jobs run far slower than their bound allows, and kill those that run
+    /// past their limit.
     struct Crawl;
 
     impl Scheduler for Crawl {
@@ -1074,7 +1535,7 @@ mod tests {
     }
 
     #[test]
-    fn violations_are_counted_in_the_world_and_can_be_many() {
+    fn violations_and_kills_are_counted_in_the_world_and_can_be_many() {
         let (cfg, nodes, trace) = setup();
         let world = World::new(&cfg);
         let gpus = nodes.iter().map(|n| n.gpus as usize).sum();
@@ -1085,16 +1546,27 @@ mod tests {
             users: 3,
             seed: 5,
         };
-        let mut st = build_state(&cfg, &nodes, generate_jobs(&cfg, &world, &trace, gpus, wl));
-        let m = run(&mut st, &world, &mut Crawl, 600.0, |_| {});
-        assert!(m.violations > 100, "{} of 200", m.violations);
+        let jobs = generate_jobs(&cfg, &world, &trace, gpus, &present(&nodes), wl);
+        let mut st = build_state(&cfg, &nodes, jobs);
+        let fac = facility_of(&st, HostSpec::Sourced, saving(None));
+        let m = run(&mut st, &world, &mut Crawl, fac, |_| {});
+        assert!(
+            m.violations + m.killed > 100,
+            "{} + {} of 200",
+            m.violations,
+            m.killed
+        );
+        assert!(m.killed > 10, "{} killed", m.killed);
+        assert_eq!(
+            m.killed, m.killed_by_sharing_or_clock,
+            "every limit covers the slowest type at its default clock: the clock killed them"
+        );
+        assert!(m.killed_gpu_energy_j > 0.0);
     }
 
-    /// Every job on GPU 0 with a share of `share` percent while it has room; `time_slice`: a
-    /// share beside another user's server runs outside MPS (heshare's node helper).
+    /// Every job on GPU 0 with a share of `share` percent while it has room.
     struct OnGpu0 {
         share: u8,
-        time_slice: bool,
     }
 
     impl Scheduler for OnGpu0 {
@@ -1102,14 +1574,13 @@ mod tests {
             "on-gpu0"
         }
         fn place(&mut self, st: &State<'_>, _j: usize) -> Option<Placement> {
-            (st.gpus[0].used_share(&st.jobs) + u32::from(self.share) <= 100).then(|| Placement {
-                gpus: vec![0],
-                share: SharePct::new(self.share).expect("a percentage"),
-                exclusive: false,
-            })
-        }
-        fn time_slices_other_users(&self) -> bool {
-            self.time_slice
+            (st.usable(st.gpus[0].node)
+                && st.gpus[0].used_share(&st.jobs) + u32::from(self.share) <= 100)
+                .then(|| Placement {
+                    gpus: vec![0],
+                    share: SharePct::new(self.share).expect("a percentage"),
+                    exclusive: false,
+                })
         }
     }
 
@@ -1129,7 +1600,7 @@ mod tests {
             users: 1,
             seed: 3,
         };
-        let mut jobs = generate_jobs(&cfg, &world, &trace, gpus, wl);
+        let mut jobs = generate_jobs(&cfg, &world, &trace, gpus, &present(&nodes), wl);
         let class = cfg
             .classes
             .iter()
@@ -1143,51 +1614,52 @@ mod tests {
             j.pod.gpu_milli = milli;
             j.pod.cpu_milli = 0;
             j.pod.memory_mib = 0;
+            j.limit_s = 1e7;
         }
         (cfg, nodes, world, jobs)
     }
 
     /// Two users' shares on one GPU through MPS: the second user's job holds its share but makes
     /// no progress until the first user's job has left (one MPS server per GPU at a time), unless
-    /// the scheduler's node helper runs it outside MPS, time-sliced, at once.
+    /// the site's node rule runs it outside MPS, time-sliced, at once; the rule is the same for
+    /// every scheduler.
     #[test]
-    fn mps_serves_one_user_at_a_time_for_every_scheduler() {
+    fn mps_serves_one_user_at_a_time_under_the_sites_rule() {
         let (cfg, nodes, world, mut jobs) = two_shares_on_gpu0("vit-infer", 300);
         for (k, j) in jobs.iter_mut().enumerate() {
             j.truth.demand = 0.1;
             j.submit_s = k as f64;
             j.work_s = 1000.0;
         }
-        let finish = |users: [u32; 2], time_slice: bool| {
+        let finish = |users: [u32; 2], rule: OtherUserShare| {
             let mut js = jobs.clone();
             js[0].user = users[0];
             js[1].user = users[1];
-            let mut st = build_state(&cfg, &nodes, js);
-            let mut sched = OnGpu0 {
-                share: 40,
-                time_slice,
-            };
-            run(&mut st, &world, &mut sched, 600.0, |_| {});
+            let mut c = cfg.clone();
+            c.node.other_user_share = rule;
+            let mut st = build_state(&c, &nodes, js);
+            let fac = facility_of(&st, HostSpec::Sourced, saving(None));
+            run(&mut st, &world, &mut OnGpu0 { share: 40 }, fac, |_| {});
             (
                 st.jobs[0].finish_s.expect("done"),
                 st.jobs[1].finish_s.expect("done"),
                 st.jobs[1].native,
             )
         };
-        for time_slice in [false, true] {
-            let (a, b, native) = finish([1, 1], time_slice);
+        for rule in [OtherUserShare::Wait, OtherUserShare::TimeSlice] {
+            let (a, b, native) = finish([1, 1], rule);
             assert!(
                 (b - a - 1.0).abs() < 1.0 && !native,
                 "one user's jobs share the GPU: {a} {b}"
             );
         }
-        let (a, b, native) = finish([1, 2], false);
+        let (a, b, native) = finish([1, 2], OtherUserShare::Wait);
         assert!(
             b >= a + 999.0 && !native,
             "the second user waits for the first: {a} {b}"
         );
         // Outside MPS the second user's light service runs at once, time-sliced, and keeps pace.
-        let (a, b, native) = finish([1, 2], true);
+        let (a, b, native) = finish([1, 2], OtherUserShare::TimeSlice);
         assert!(
             native && (b - a - 1.0).abs() < 1.0,
             "the second user runs beside the first: {a} {b}"
@@ -1210,11 +1682,8 @@ mod tests {
             j.work_s = if k == 0 { 10_000.0 } else { 100.0 };
         }
         let mut st = build_state(&cfg, &nodes, jobs);
-        let mut sched = OnGpu0 {
-            share: 50,
-            time_slice: false,
-        };
-        let m = run(&mut st, &world, &mut sched, 600.0, |_| {});
+        let fac = facility_of(&st, HostSpec::Sourced, saving(Some(600.0)));
+        let m = run(&mut st, &world, &mut OnGpu0 { share: 50 }, fac, |_| {});
         let last = st
             .jobs
             .iter()
@@ -1231,6 +1700,172 @@ mod tests {
         );
     }
 
+    /// Places each job on the last usable node with an idle GPU of an allowed type: the opposite
+    /// of Slurm's preference, so only the engine's power passes can keep it on powered-up nodes.
+    struct LastNode;
+
+    impl Scheduler for LastNode {
+        fn name(&self) -> &'static str {
+            "last-node"
+        }
+        fn place(&mut self, st: &State<'_>, j: usize) -> Option<Placement> {
+            (0..st.nodes.len())
+                .rev()
+                .filter(|&n| st.usable(n))
+                .find_map(|n| {
+                    crate::sim::schedulers::idle_gpus_on(st, n, &st.jobs[j]).map(|gpus| Placement {
+                        gpus,
+                        share: SharePct::FULL,
+                        exclusive: true,
+                    })
+                })
+        }
+    }
+
+    /// Slurm's power saving: an idle node is suspended after SuspendTime (and SuspendTimeout);
+    /// a powered-up node is used before a powered-down one whatever the scheduler prefers; a job
+    /// on a powered-down node waits for the boot, which is in its wait and not in its limit.
+    #[test]
+    fn powered_up_nodes_come_first_and_a_resumed_node_makes_its_job_wait() {
+        let (cfg, _, trace) = setup();
+        let nodes = parse_node_list(OPENB_GPU_NODES, Path::new("n.csv"), &cfg).expect("nodes");
+        let t4 = cfg.gpu_type("t4").expect("t4");
+        let two: Vec<crate::cluster::Node> = nodes
+            .iter()
+            .filter(|n| n.gpu_type == Some(t4) && n.gpus == 2)
+            .take(2)
+            .cloned()
+            .collect();
+        assert_eq!(two.len(), 2);
+        let world = World::new(&cfg);
+        let mut jobs = generate_jobs(
+            &cfg,
+            &world,
+            &trace,
+            4,
+            &[t4],
+            WorkloadParams {
+                load: 0.5,
+                jobs: 3,
+                max_duration_s: 1000.0,
+                users: 1,
+                seed: 4,
+            },
+        );
+        let class = cfg.classes_of(JobKind::Training)[0];
+        for (k, j) in jobs.iter_mut().enumerate() {
+            j.class = class;
+            (j.num_gpus, j.gpu_milli) = (1, 1000);
+            (
+                j.pod.num_gpus,
+                j.pod.gpu_milli,
+                j.pod.cpu_milli,
+                j.pod.memory_mib,
+            ) = (1, 1000, 0, 0);
+            j.gpu_types = vec![];
+            j.work_s = 10_000.0;
+            j.limit_s = 1e7;
+            // One job on the last node first; then two more while the first node sleeps.
+            j.submit_s = [0.0, 500.0, 501.0][k];
+        }
+        let mut st = build_state(&cfg, &two, jobs);
+        let fac = facility_of(
+            &st,
+            HostSpec::Sourced,
+            PowerSaving {
+                suspend_time_s: Some(100.0),
+                suspend_timeout_s: 30.0,
+                resume_s: 300.0,
+                resume_timeout_s: 600.0,
+            },
+        );
+        let m = run(&mut st, &world, &mut LastNode, fac, |_| {});
+        let node_of = |j: usize| st.gpus[st.jobs[j].gpus[0]].node;
+        assert_eq!(node_of(0), 1, "the scheduler's own choice");
+        // At 500 s node 0 is powered down, node 1 up with a free GPU: Slurm uses node 1.
+        assert_eq!(node_of(1), 1, "a powered-up node before a powered-down one");
+        assert_eq!(st.jobs[1].start_s, Some(500.0));
+        // At 501 s node 1 is full: node 0 is resumed, and the job waits for its boot.
+        assert_eq!(node_of(2), 0);
+        assert_eq!(st.jobs[2].alloc_s, Some(501.0));
+        assert_eq!(
+            st.jobs[2].start_s,
+            Some(801.0),
+            "started when the node was up"
+        );
+        assert_eq!(m.resumes, 1);
+        let e = m.energy_until(m.makespan_s);
+        assert!(e.off_j > 0.0 && e.always_on_j > e.facility_j, "{e:?}");
+    }
+
+    /// Backfill with a reservation: with a two-GPU job waiting for the only two-GPU node, a
+    /// one-GPU job may start on that node only if its limit ends before the reservation.
+    #[test]
+    fn backfill_does_not_delay_the_first_waiting_job() {
+        let (cfg, nodes, trace) = setup();
+        let t4 = cfg.gpu_type("t4").expect("t4");
+        let node: Vec<crate::cluster::Node> = nodes
+            .iter()
+            .filter(|n| n.gpu_type == Some(t4) && n.gpus == 2)
+            .take(1)
+            .cloned()
+            .collect();
+        let world = World::new(&cfg);
+        let mk = |jobs: &mut Vec<SimJob>, limits: [f64; 4]| {
+            let class = cfg.classes_of(JobKind::Training)[0];
+            for (k, j) in jobs.iter_mut().enumerate() {
+                j.class = class;
+                j.gpu_milli = 1000;
+                j.num_gpus = if k == 1 { 2 } else { 1 };
+                (
+                    j.pod.num_gpus,
+                    j.pod.gpu_milli,
+                    j.pod.cpu_milli,
+                    j.pod.memory_mib,
+                ) = (j.num_gpus, 1000, 0, 0);
+                j.gpu_types = vec![];
+                j.limit_s = limits[k];
+                j.work_s = 100.0;
+                j.submit_s = [0.0, 1.0, 2.0, 3.0][k];
+            }
+        };
+        let base = generate_jobs(
+            &cfg,
+            &world,
+            &trace,
+            2,
+            &[t4],
+            WorkloadParams {
+                load: 0.5,
+                jobs: 4,
+                max_duration_s: 1000.0,
+                users: 1,
+                seed: 6,
+            },
+        );
+        // Job 0 holds one GPU for up to 1000 s; job 1 wants both and reserves the node at
+        // 1000 s; job 2 (limit 5000 s) would delay it; job 3 (limit 500 s) would not.
+        let mut jobs = base.clone();
+        mk(&mut jobs, [1000.0, 1000.0, 5000.0, 500.0]);
+        let mut st = build_state(&cfg, &node, jobs);
+        let fac = facility_of(&st, HostSpec::Sourced, saving(None));
+        run(
+            &mut st,
+            &world,
+            &mut crate::sim::schedulers::SlurmExclusive,
+            fac,
+            |_| {},
+        );
+        let start = |j: usize| st.jobs[j].start_s.expect("ran");
+        assert_eq!(start(3), 3.0, "a short job backfills at once");
+        assert!(
+            start(2) >= start(1),
+            "the long job waits behind the reservation: {} vs {}",
+            start(2),
+            start(1)
+        );
+    }
+
     /// Regression: jobs a scheduler never started vanished from the metrics. They are counted.
     #[test]
     fn jobs_that_never_start_are_counted_not_dropped() {
@@ -1244,7 +1879,7 @@ mod tests {
             users: 3,
             seed: 9,
         };
-        let mut jobs = generate_jobs(&cfg, &world, &trace, gpus, wl);
+        let mut jobs = generate_jobs(&cfg, &world, &trace, gpus, &present(&nodes), wl);
         // No node has 64 GPUs.
         jobs[10].num_gpus = 64;
         jobs[10].gpu_milli = 1000;
@@ -1253,9 +1888,10 @@ mod tests {
         for name in NAMES {
             let mut st = build_state(&cfg, &nodes, jobs.clone());
             let mut sched = by_name(name, &st, &typical).expect("known");
-            let m = run(&mut st, &world, sched.as_mut(), 600.0, |_| {});
+            let fac = facility_of(&st, HostSpec::Sourced, saving(Some(600.0)));
+            let m = run(&mut st, &world, sched.as_mut(), fac, |_| {});
             assert_eq!((m.unstarted, m.unfinished), (1, 0), "{name}");
-            assert_eq!(m.jct_s.len(), 49, "{name}");
+            assert_eq!(m.jct_s.len() + m.killed, 49, "{name}");
         }
     }
 
@@ -1263,10 +1899,10 @@ mod tests {
     fn a_seed_fixes_the_run() {
         let (cfg, nodes, trace) = setup();
         let typical = typical(&trace);
-        let (a, _) = simulate(&cfg, &nodes, &trace, &typical, "heshare", 3);
-        let (b, _) = simulate(&cfg, &nodes, &trace, &typical, "heshare", 3);
+        let (a, _, _) = simulate(&cfg, &nodes, &trace, &typical, "heshare", 3);
+        let (b, _, _) = simulate(&cfg, &nodes, &trace, &typical, "heshare", 3);
         assert_eq!(a, b);
-        let (c, _) = simulate(&cfg, &nodes, &trace, &typical, "heshare", 4);
+        let (c, _, _) = simulate(&cfg, &nodes, &trace, &typical, "heshare", 4);
         assert_ne!(a, c);
     }
 
@@ -1296,7 +1932,7 @@ mod tests {
     }
 
     #[test]
-    fn offered_load_sets_the_arrival_rate() {
+    fn offered_load_sets_the_arrival_rate_and_limits_cover_the_slowest_type() {
         let (cfg, nodes, trace) = setup();
         let gpus: usize = nodes.iter().map(|n| n.gpus as usize).sum();
         let wl = |load| WorkloadParams {
@@ -1307,8 +1943,9 @@ mod tests {
             seed: 1,
         };
         let world = World::new(&cfg);
-        let lo = generate_jobs(&cfg, &world, &trace, gpus, wl(0.4));
-        let hi = generate_jobs(&cfg, &world, &trace, gpus, wl(0.8));
+        let p = present(&nodes);
+        let lo = generate_jobs(&cfg, &world, &trace, gpus, &p, wl(0.4));
+        let hi = generate_jobs(&cfg, &world, &trace, gpus, &p, wl(0.8));
         let span = |j: &[SimJob]| j.last().expect("jobs").submit_s;
         assert!(
             (span(&lo) / span(&hi) - 2.0).abs() < 1e-9,
@@ -1321,5 +1958,16 @@ mod tests {
             .sum::<f64>()
             / (span(&hi) * gpus as f64);
         assert!((offered - 0.8).abs() < 0.15, "offered load {offered}");
+        for j in &hi {
+            for &t in p.iter().filter(|&&t| st_allowed(j, t)) {
+                let alone = j.work_s / world.alone_rate(j.class, &j.truth, t);
+                assert!(alone <= j.limit_s + 1e-6, "limit {} < {alone}", j.limit_s);
+            }
+            assert!(j.limit_s % 3600.0 == 0.0);
+        }
+    }
+
+    fn st_allowed(j: &SimJob, t: usize) -> bool {
+        j.gpu_types.is_empty() || j.gpu_types.contains(&t)
     }
 }

@@ -1,14 +1,16 @@
 //! One time-mode experiment: the cluster scaled from a node list, jobs drawn from a trace for each
-//! seed, every scheduler run on the same jobs in the same world, and the results summed up the
-//! way the comparison needs them: energy over a common horizon (per seed, until the last job of
-//! the slowest scheduler ends; idle nodes suspended as Slurm's power saving does, always-on
-//! beside it), every job accounted for, the headline ratios of heshare as it ships against the
-//! best baseline per seed with their spread, heshare-ideal apart, and heshare's predictor error
-//! against the world.
+//! seed, every scheduler run on the same jobs in the same world and facility, and the results
+//! summed up the way the comparison needs them: facility energy (what the site's meter reads:
+//! GPUs busy and idle, hosts, power supplies, suspended nodes) over a common horizon per seed
+//! (until the last job of the slowest scheduler ends), the GPUs' own energy and the always-on
+//! energy beside it, every job accounted for (finished, killed at its limit, never started), the
+//! headline ratios of heshare as it ships against the best baseline per seed with their spread,
+//! heshare-ideal apart, and heshare's predictor error against the world.
 //!
 //! The CLI (`cli::simulate_time`) only parses arguments and prints this.
 
 use super::engine::{self, RunMetrics, WorkloadParams};
+use super::meter::{HostSpec, PowerSaving};
 use super::packing::{Pod, TypicalPods};
 use super::schedulers::{self, NAMES, is_baseline};
 use super::trace::TraceJob;
@@ -25,7 +27,10 @@ pub struct Spec {
     pub seeds: Vec<u64>,
     pub max_duration_s: f64,
     pub users: u32,
-    pub suspend_time_s: f64,
+    /// How each node's host is charged.
+    pub host: HostSpec,
+    /// Slurm's power saving (off: every node always on).
+    pub saving: PowerSaving,
     pub policies: Vec<String>,
     pub threads: usize,
 }
@@ -60,12 +65,24 @@ pub struct SeedRun {
     pub jobs: usize,
     pub unstarted: usize,
     pub unfinished: usize,
-    /// Busy energy plus idle energy until the common horizon, idle nodes suspended.
-    pub energy_kwh: f64,
-    /// The same with every GPU always on.
-    pub energy_always_on_kwh: f64,
-    pub busy_energy_kwh: f64,
+    /// Killed at their time limit, and of those the ones the scheduler's clock, share or
+    /// co-location killed (they would have finished alone on their type at its default clock).
+    pub killed: usize,
+    pub killed_by_sharing_or_clock: usize,
+    /// The facility meter: every node at the wall, awake or suspended, over the horizon.
+    pub facility_kwh: f64,
+    /// The same if no node were ever suspended.
+    pub facility_always_on_kwh: f64,
+    /// What the GPUs drew (busy and idle on awake nodes), and the busy GPUs' part of it.
+    pub gpu_kwh: f64,
+    pub busy_gpu_kwh: f64,
+    /// Hosts of awake nodes (before supply losses).
+    pub host_kwh: f64,
+    /// GPU energy of the jobs killed at their limit (lost work).
+    pub killed_gpu_kwh: f64,
+    /// Facility energy per finished job.
     pub energy_per_job_kj: f64,
+    pub gpu_energy_per_job_kj: f64,
     pub mean_jct_s: f64,
     pub mean_wait_s: f64,
     pub mean_run_s: f64,
@@ -75,6 +92,7 @@ pub struct SeedRun {
     pub alloc_rate: f64,
     pub utilisation: f64,
     pub violations: usize,
+    pub resumes: usize,
     pub energy_lower_bound_kwh: f64,
     /// Simulation speed (machine-dependent).
     pub sim_jobs_per_s: f64,
@@ -84,17 +102,22 @@ pub struct SeedRun {
     pub errors: Vec<engine::PredictionError>,
 }
 
-/// One scheduler over all seeds.
+/// One scheduler over all seeds (means over seeds, JCT percentiles over all jobs, counts summed).
 #[derive(Debug, Clone, Serialize)]
 pub struct PolicyRow {
     pub policy: String,
     pub jobs: usize,
     pub unstarted: usize,
     pub unfinished: usize,
-    pub energy_kwh: f64,
-    pub energy_always_on_kwh: f64,
-    pub busy_energy_kwh: f64,
+    pub killed: usize,
+    pub killed_by_sharing_or_clock: usize,
+    pub facility_kwh: f64,
+    pub facility_always_on_kwh: f64,
+    pub gpu_kwh: f64,
+    pub host_kwh: f64,
+    pub killed_gpu_kwh: f64,
     pub energy_per_job_kj: f64,
+    pub gpu_energy_per_job_kj: f64,
     pub mean_jct_s: f64,
     pub mean_wait_s: f64,
     pub mean_run_s: f64,
@@ -104,6 +127,7 @@ pub struct PolicyRow {
     pub alloc_rate: f64,
     pub utilisation: f64,
     pub violations: usize,
+    pub resumes: usize,
     pub sim_jobs_per_s: f64,
 }
 
@@ -141,7 +165,8 @@ pub struct Report {
     pub jobs_per_seed: usize,
     pub gpus: usize,
     pub nodes: usize,
-    pub suspend_time_s: f64,
+    pub host: String,
+    pub saving: PowerSaving,
     pub snapshot_period_s: f64,
     pub rows: Vec<PolicyRow>,
     /// heshare as it ships against the best baseline.
@@ -150,6 +175,8 @@ pub struct Report {
     pub ideal: Vec<Ratio>,
     pub predictor_error: Vec<ErrorRow>,
     pub energy_lower_bound_kwh: f64,
+    /// The world's GPU power figures and where each came from.
+    pub world_power: Vec<super::world::TypePower>,
     pub runs: Vec<SeedRun>,
 }
 
@@ -157,6 +184,11 @@ impl Report {
     /// Jobs that never started or never finished, over every run.
     pub fn missing_jobs(&self) -> usize {
         self.rows.iter().map(|r| r.unstarted + r.unfinished).sum()
+    }
+
+    /// The ratio of heshare as it ships to the best baseline on `metric`, if measured.
+    pub fn shipped_ratio(&self, metric: &str) -> Option<&Ratio> {
+        self.shipped.iter().find(|r| r.metric == metric)
     }
 }
 
@@ -188,6 +220,9 @@ pub fn run(
     }
     let world = World::new(cfg);
     let gpus: usize = nodes.iter().map(|n| n.gpus as usize).sum();
+    let mut present: Vec<usize> = nodes.iter().filter_map(|n| n.gpu_type).collect();
+    present.sort_unstable();
+    present.dedup();
     let pods: Vec<Pod> = trace.iter().map(Pod::from_trace).collect();
     let typical = TypicalPods::from_pods(&pods);
     let tasks: Vec<(usize, u64)> = spec
@@ -196,14 +231,15 @@ pub fn run(
         .enumerate()
         .flat_map(|(p, _)| spec.seeds.iter().map(move |&s| (p, s)))
         .collect();
-    let mut done: Vec<(usize, u64, RunMetrics, f64)> = Vec::new();
+    let mut done: Vec<Done> = Vec::new();
     for chunk in tasks.chunks(spec.threads.max(1)) {
-        let got: Vec<Result<(usize, u64, RunMetrics, f64), String>> = std::thread::scope(|s| {
+        let got: Vec<Result<Done, String>> = std::thread::scope(|s| {
             let handles: Vec<_> = chunk
                 .iter()
                 .map(|&(p, seed)| {
                     let (world, typical, name) = (&world, &typical, &spec.policies[p]);
-                    s.spawn(move || -> Result<(usize, u64, RunMetrics, f64), String> {
+                    let present = &present;
+                    s.spawn(move || -> Result<Done, String> {
                         let wl = WorkloadParams {
                             load: spec.load,
                             jobs: spec.jobs,
@@ -211,18 +247,23 @@ pub fn run(
                             users: spec.users,
                             seed,
                         };
-                        let jobs = engine::generate_jobs(cfg, world, trace, gpus, wl);
+                        let jobs = engine::generate_jobs(cfg, world, trace, gpus, present, wl);
                         let mut st = engine::build_state(cfg, nodes, jobs);
+                        let facility = engine::facility_of(&st, spec.host, spec.saving);
+                        // The bound is the workload's, the same for every scheduler of a seed.
+                        let bound =
+                            (p == 0).then(|| engine::energy_lower_bound_j(&st, world, &facility));
                         let mut sched = schedulers::by_name(name, &st, typical)?;
                         let started = std::time::Instant::now();
-                        let m = engine::run(
-                            &mut st,
-                            world,
-                            sched.as_mut(),
-                            spec.suspend_time_s,
-                            |_| progress(),
-                        );
-                        Ok((p, seed, m, started.elapsed().as_secs_f64()))
+                        let metrics =
+                            engine::run(&mut st, world, sched.as_mut(), facility, |_| progress());
+                        Ok(Done {
+                            policy: p,
+                            seed,
+                            metrics,
+                            secs: started.elapsed().as_secs_f64(),
+                            bound_j: bound,
+                        })
                     })
                 })
                 .collect();
@@ -239,7 +280,24 @@ pub fn run(
             done.push(r?);
         }
     }
-    Ok(summarise(cfg, spec, gpus, nodes.len(), &done))
+    Ok(summarise(
+        cfg,
+        spec,
+        gpus,
+        nodes.len(),
+        &done,
+        world.power_table(),
+    ))
+}
+
+/// One scheduler's run on one seed.
+struct Done {
+    policy: usize,
+    seed: u64,
+    metrics: RunMetrics,
+    secs: f64,
+    /// The seed's energy lower bound, computed by its first policy's run.
+    bound_j: Option<f64>,
 }
 
 fn summarise(
@@ -247,35 +305,49 @@ fn summarise(
     spec: &Spec,
     gpus: usize,
     nodes: usize,
-    done: &[(usize, u64, RunMetrics, f64)],
+    done: &[Done],
+    world_power: Vec<super::world::TypePower>,
 ) -> Report {
     // The common horizon of each seed: the end of its slowest scheduler's run.
     let horizon = |seed: u64| {
         done.iter()
-            .filter(|d| d.1 == seed)
-            .map(|d| d.2.makespan_s)
+            .filter(|d| d.seed == seed)
+            .map(|d| d.metrics.makespan_s)
             .fold(0.0, f64::max)
     };
+    let bound = |seed: u64| {
+        done.iter()
+            .filter(|d| d.seed == seed)
+            .find_map(|d| d.bound_j)
+            .unwrap_or(0.0)
+    };
     let mut runs: Vec<SeedRun> = Vec::new();
-    for (p, seed, m, secs) in done {
-        let h = horizon(*seed);
-        let (always_on, saving) = m.idle_until(h);
+    for d in done {
+        let m = &d.metrics;
+        let h = horizon(d.seed);
+        let e = m.energy_until(h);
         let mut jct = m.jct_s.clone();
         jct.sort_by(f64::total_cmp);
         #[allow(clippy::cast_precision_loss)]
-        let per_job = (m.busy_energy_j + saving) / m.jobs.max(1) as f64 / 1e3;
+        let finished = jct.len().max(1) as f64;
         #[allow(clippy::cast_precision_loss)]
         runs.push(SeedRun {
-            policy: spec.policies[*p].clone(),
-            seed: *seed,
+            policy: spec.policies[d.policy].clone(),
+            seed: d.seed,
             jobs: m.jobs,
             unstarted: m.unstarted,
             unfinished: m.unfinished,
-            energy_kwh: (m.busy_energy_j + saving) / 3.6e6,
-            energy_always_on_kwh: (m.busy_energy_j + always_on) / 3.6e6,
-            busy_energy_kwh: m.busy_energy_j / 3.6e6,
-            energy_per_job_kj: per_job,
-            mean_jct_s: jct.iter().sum::<f64>() / jct.len().max(1) as f64,
+            killed: m.killed,
+            killed_by_sharing_or_clock: m.killed_by_sharing_or_clock,
+            facility_kwh: e.facility_j / 3.6e6,
+            facility_always_on_kwh: e.always_on_j / 3.6e6,
+            gpu_kwh: e.gpu_j / 3.6e6,
+            busy_gpu_kwh: e.busy_gpu_j / 3.6e6,
+            host_kwh: e.host_j / 3.6e6,
+            killed_gpu_kwh: m.killed_gpu_energy_j / 3.6e6,
+            energy_per_job_kj: e.facility_j / finished / 1e3,
+            gpu_energy_per_job_kj: e.gpu_j / finished / 1e3,
+            mean_jct_s: jct.iter().sum::<f64>() / finished,
             mean_wait_s: m.mean_wait_s,
             mean_run_s: m.mean_run_s,
             p99_jct_s: percentile(&jct, 0.99),
@@ -284,8 +356,9 @@ fn summarise(
             alloc_rate: m.alloc_rate,
             utilisation: m.utilisation,
             violations: m.violations,
-            energy_lower_bound_kwh: m.energy_lower_bound_j / 3.6e6,
-            sim_jobs_per_s: m.jobs as f64 / secs.max(1e-9),
+            resumes: m.resumes,
+            energy_lower_bound_kwh: bound(d.seed) / 3.6e6,
+            sim_jobs_per_s: m.jobs as f64 / d.secs.max(1e-9),
             jct_s: jct,
             errors: m.errors.clone(),
         });
@@ -304,10 +377,15 @@ fn summarise(
             jobs: rs.iter().map(|r| r.jobs).sum(),
             unstarted: rs.iter().map(|r| r.unstarted).sum(),
             unfinished: rs.iter().map(|r| r.unfinished).sum(),
-            energy_kwh: mean(&|r| r.energy_kwh),
-            energy_always_on_kwh: mean(&|r| r.energy_always_on_kwh),
-            busy_energy_kwh: mean(&|r| r.busy_energy_kwh),
+            killed: rs.iter().map(|r| r.killed).sum(),
+            killed_by_sharing_or_clock: rs.iter().map(|r| r.killed_by_sharing_or_clock).sum(),
+            facility_kwh: mean(&|r| r.facility_kwh),
+            facility_always_on_kwh: mean(&|r| r.facility_always_on_kwh),
+            gpu_kwh: mean(&|r| r.gpu_kwh),
+            host_kwh: mean(&|r| r.host_kwh),
+            killed_gpu_kwh: mean(&|r| r.killed_gpu_kwh),
             energy_per_job_kj: mean(&|r| r.energy_per_job_kj),
+            gpu_energy_per_job_kj: mean(&|r| r.gpu_energy_per_job_kj),
             mean_jct_s: jct.iter().sum::<f64>() / jct.len().max(1) as f64,
             mean_wait_s: mean(&|r| r.mean_wait_s),
             mean_run_s: mean(&|r| r.mean_run_s),
@@ -317,22 +395,19 @@ fn summarise(
             alloc_rate: mean(&|r| r.alloc_rate),
             utilisation: mean(&|r| r.utilisation),
             violations: rs.iter().map(|r| r.violations).sum(),
+            resumes: rs.iter().map(|r| r.resumes).sum(),
             sim_jobs_per_s: mean(&|r| r.sim_jobs_per_s),
         });
     }
     let ratios = |who: &str| -> Vec<Ratio> {
         type Metric = (&'static str, fn(&SeedRun) -> f64);
         let metrics: [Metric; 6] = [
-            ("energy per job", |r| r.energy_per_job_kj),
-            ("energy per job, always on", |r| {
-                #[allow(clippy::cast_precision_loss)]
-                let e = r.energy_always_on_kwh * 3.6e3 / r.jobs.max(1) as f64;
-                e
-            }),
-            ("busy energy", |r| r.busy_energy_kwh),
+            ("facility energy per job", |r| r.energy_per_job_kj),
             ("mean JCT", |r| r.mean_jct_s),
             ("p99 JCT", |r| r.p99_jct_s),
             ("makespan", |r| r.makespan_s),
+            ("GPU energy per job", |r| r.gpu_energy_per_job_kj),
+            ("facility energy, always on", |r| r.facility_always_on_kwh),
         ];
         let mut out = Vec::new();
         for (metric, f) in metrics {
@@ -415,13 +490,21 @@ fn summarise(
         jobs_per_seed: spec.jobs,
         gpus,
         nodes,
-        suspend_time_s: spec.suspend_time_s,
+        host: match spec.host {
+            HostSpec::Sourced => {
+                "sourced (SPECpower idle per socket, PWR CPU busy power, 92% supplies, 10 W off)"
+                    .to_owned()
+            }
+            HostSpec::Flat(w) => format!("flat {:.0} W per awake node", w.0),
+        },
+        saving: spec.saving,
         snapshot_period_s: cfg.live.snapshot_period_s,
         rows,
         shipped,
         ideal,
         predictor_error,
         energy_lower_bound_kwh: median_of(&bounds),
+        world_power,
         runs,
     }
 }

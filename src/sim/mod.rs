@@ -4,6 +4,7 @@
 pub mod cons_tres;
 pub mod engine;
 pub mod experiment;
+pub mod meter;
 pub mod packing;
 pub mod rng;
 pub mod schedulers;

@@ -27,6 +27,19 @@
 //! Elsewhere (types or classes without data) it uses the parametric form with a seeded per-job
 //! error whose size is the RMS residual of the catalog's speed prediction on the measured pairs.
 //! MPS serialises users on a GPU; that rule is the engine's, applied to every scheduler alike.
+//!
+//! **Power is the world's own, not the catalog's** (`data/gpu-power/`, see [`PowerSource`]):
+//! * idle: `nvidia-smi` readings of idle V100-PCIe cards for the V100 types, the measured bare
+//!   idle of A100 80GB and H100 (Vadari, arXiv 2605.23918) for A100 and H100;
+//! * busy maximum: the top of the Zeus power-limit sweep the type's DVFS response is fitted on
+//!   (V100 250 W, P100 250 W, the A40 sweep at the A10's 150 W cap), the largest per-GPU power of
+//!   the ML.ENERGY leaderboard's H100 runs;
+//! * a GPU holding a CUDA context (any job with work on it) draws at least its idle power plus
+//!   its context power: measured for A100 and H100; elsewhere the measured context power per
+//!   TDP of HBM parts (A100, H100: 8%) or of the GDDR6 part (L40S: 19%) times the type's maximum;
+//! * where only the catalog has a number (P100, A10 and T4 idle; T4 and A100 maximum; types the
+//!   world knows nothing of), the catalog's value times a seeded log-normal error (15% idle, 5%
+//!   maximum), fixed per type name: a figure the predictor does not share.
 
 use crate::config::Config;
 use crate::model::JobKind;
@@ -61,6 +74,64 @@ const EDP: &str = include_str!(concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/data/ai-inference-energy-dvfs/edp_optimization_results.json"
 ));
+const GPU_POWER: &str = include_str!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/data/gpu-power/gpu_power.csv"
+));
+
+/// A measured figure of `data/gpu-power/gpu_power.csv` (card, quantity), in watts.
+fn measured_w(gpu: &str, quantity: &str) -> Option<f64> {
+    GPU_POWER.lines().skip(1).find_map(|l| {
+        let mut f = l.splitn(4, ',');
+        (f.next()? == gpu && f.next()? == quantity)
+            .then(|| f.next()?.parse().ok())
+            .flatten()
+    })
+}
+
+/// Context power over bare idle per watt of TDP, measured (Vadari, arXiv 2605.23918): HBM parts
+/// the mean of A100 80GB (26.3 W of 300 W) and H100 (49.9 W of 700 W), GDDR6 the L40S (66.4 W of
+/// 350 W). TDPs are the datasheets'.
+const HBM_CONTEXT_PER_TDP: f64 = (26.3 / 300.0 + 49.9 / 700.0) / 2.0;
+const GDDR_CONTEXT_PER_TDP: f64 = 66.4 / 350.0;
+/// Seeded error on catalog figures the world has no measurement of.
+const IDLE_ERROR_SIGMA: f64 = 0.15;
+const MAX_ERROR_SIGMA: f64 = 0.05;
+
+/// Where one of the world's power figures for a type came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PowerSource {
+    /// A measurement (data/gpu-power, a Zeus sweep, ML.ENERGY).
+    Measured,
+    /// Derived from measurements of other parts (context power per TDP).
+    Scaled,
+    /// The catalog's figure with a seeded error: nothing measured it.
+    PerturbedCatalog,
+}
+
+/// The world's power figures of one type, with their sources.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct TypePower {
+    pub gpu_type: String,
+    pub idle_w: f64,
+    pub idle_source: PowerSource,
+    pub max_w: f64,
+    pub max_source: PowerSource,
+    pub context_w: f64,
+    pub context_source: PowerSource,
+}
+
+/// A fixed log-normal factor for `name` and `what` (no run seed: the world's hardware is the
+/// same in every run).
+fn catalog_error(name: &str, what: u64, sigma: f64) -> f64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in name.bytes() {
+        h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+    }
+    let mut rng = crate::sim::rng::SplitMix::new(h ^ what.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    (sigma * normal(&mut rng)).exp()
+}
 
 /// Datasheet roofline midpoints (sqrt of the FP16 tensor TFLOPS ratio times the memory
 /// bandwidth ratio): A10 (125 TFLOPS, 600 GB/s) to A40 (149.7, 696), T4 (65, 320) to Quadro
@@ -173,6 +244,8 @@ fn fit_sweep(s: &Sweep, beta: f64, gamma: f64, idle: f64, max: f64) -> (f64, f64
 struct ZeusGpu {
     beta: f64,
     gamma: f64,
+    /// The sweep's top power limit: the full-clock draw its fits are relative to.
+    max_limit_w: f64,
     fits: BTreeMap<String, (f64, f64)>,
     /// Epoch time at the top limit, per workload.
     top_time: BTreeMap<String, f64>,
@@ -213,6 +286,7 @@ fn zeus_gpu(csv: &str, idle: f64, cap_w: f64) -> ZeusGpu {
     ZeusGpu {
         beta,
         gamma,
+        max_limit_w: max,
         fits,
         top_time,
     }
@@ -236,6 +310,9 @@ struct TypeTruth {
     analog: Analog,
     idle_w: f64,
     max_w: f64,
+    /// Idle with a CUDA context held, over bare idle.
+    context_w: f64,
+    power: TypePower,
     max_clock_mhz: f64,
     default_clock_mhz: f64,
     beta: f64,
@@ -314,6 +391,15 @@ fn max_min_fair(needs: &[f64], capacity: f64) -> Vec<f64> {
         open = rest;
     }
     got
+}
+
+/// One job alone on a whole GPU, as [`World::alone_point`] gives it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AlonePoint {
+    pub rate: f64,
+    pub work_w: f64,
+    pub busy: f64,
+    pub static_w: f64,
 }
 
 /// What the world says of one GPU at one clock.
@@ -456,8 +542,14 @@ fn normal(rng: &mut crate::sim::rng::SplitMix) -> f64 {
 impl World {
     /// Builds the world for `cfg`'s GPU types and classes.
     pub fn new(cfg: &Config) -> World {
-        let v100 = zeus_gpu(ZEUS_V100, 30.0, f64::INFINITY);
-        let p100 = zeus_gpu(ZEUS_P100, 25.0, f64::INFINITY);
+        let v100_idle = measured_w("V100-PCIE-32GB", "idle").unwrap_or(23.0);
+        // The one P100 idle figure is PWR's, which the catalog holds too: perturbed.
+        let p100_idle = cfg
+            .gpu_type("p100")
+            .map_or(25.0, |t| cfg.gpu_types[t].idle_power.0)
+            * catalog_error("p100", 1, IDLE_ERROR_SIGMA);
+        let v100 = zeus_gpu(ZEUS_V100, v100_idle, f64::INFINITY);
+        let p100 = zeus_gpu(ZEUS_P100, p100_idle, f64::INFINITY);
         let a10 = zeus_gpu(ZEUS_A40, 36.0, 150.0);
         let a40 = zeus_gpu(ZEUS_A40, 36.0, f64::INFINITY);
         let rtx = zeus_gpu(ZEUS_RTX6000, 31.0, f64::INFINITY);
@@ -473,10 +565,13 @@ impl World {
                     Analog::T4 => (rtx.beta, rtx.gamma),
                     Analog::None => (g.dvfs_static_fraction, g.dvfs_exponent),
                 };
+                let power = type_power(g, analog, [v100_idle, p100_idle], [&v100, &p100, &a10]);
                 TypeTruth {
                     analog,
-                    idle_w: g.idle_power.0,
-                    max_w: g.max_power.0,
+                    idle_w: power.idle_w,
+                    max_w: power.max_w,
+                    context_w: power.context_w,
+                    power,
                     max_clock_mhz: f64::from(g.max_clock().0),
                     default_clock_mhz: f64::from(g.default_sm_clock.0),
                     beta,
@@ -683,12 +778,23 @@ impl World {
         }
         let total_draw: f64 = group.draw.iter().sum();
         let dvfs = ty.beta + (1.0 - ty.beta) * r.powf(ty.gamma);
-        let dynamic = (ty.max_w - ty.idle_w) * total_draw.min(1.0) * dvfs;
+        let work = (ty.max_w - ty.idle_w) * total_draw.min(1.0) * dvfs;
+        // A context held (an MPS server with clients, a job outside MPS) keeps the GPU in a
+        // higher performance state than bare idle, whether or not it computes; work at least
+        // that busy includes it.
+        let active: Vec<bool> = occ.iter().map(|o| o.runs != Runs::Waits).collect();
+        let n_active = active.iter().filter(|&&a| a).count();
+        let dynamic = if n_active > 0 {
+            work.max(ty.context_w)
+        } else {
+            work
+        };
         let total_share: f64 = occ.iter().map(|o| o.share.fraction()).sum();
         let job_power_w = occ
             .iter()
             .zip(&group.draw)
-            .map(|(o, d)| {
+            .zip(&active)
+            .map(|((o, d), &a)| {
                 let idle = if total_share > 0.0 {
                     ty.idle_w * o.share.fraction() / total_share
                 } else {
@@ -696,6 +802,10 @@ impl World {
                 };
                 idle + if total_draw > 0.0 {
                     dynamic * d / total_draw
+                } else if a {
+                    #[allow(clippy::cast_precision_loss)]
+                    let part = dynamic / n_active as f64;
+                    part
                 } else {
                     0.0
                 }
@@ -801,6 +911,37 @@ impl World {
         g.rate[0]
     }
 
+    /// The job alone on a whole GPU of type `t` at `clock_mhz`: its rate, the power its work
+    /// draws over idle (no context floor), the GPU time it keeps busy, and the static power of
+    /// the GPU it keeps on (idle and a context held).
+    pub fn alone_point(
+        &self,
+        t: usize,
+        clock_mhz: f64,
+        class: usize,
+        truth: &JobTruth,
+    ) -> AlonePoint {
+        let ty = &self.types[t];
+        let g = self.mps_group(
+            t,
+            clock_mhz,
+            &[Occupant {
+                class,
+                truth,
+                share: SharePct::FULL,
+                runs: Runs::Mps,
+            }],
+        );
+        let r = (clock_mhz / ty.max_clock_mhz).clamp(0.01, 1.0);
+        let dvfs = ty.beta + (1.0 - ty.beta) * r.powf(ty.gamma);
+        AlonePoint {
+            rate: g.rate[0],
+            work_w: (ty.max_w - ty.idle_w) * g.draw[0].min(1.0) * dvfs,
+            busy: g.time.clamp(0.0, 1.0),
+            static_w: ty.idle_w + ty.context_w,
+        }
+    }
+
     /// Power of the job alone on a whole GPU of type `t` at its default clock.
     pub fn alone_power_w(&self, class: usize, truth: &JobTruth, t: usize) -> f64 {
         let ty = &self.types[t];
@@ -817,9 +958,69 @@ impl World {
         .power_w
     }
 
-    /// The idle power of type `t` (a catalog fact the world shares).
+    /// The bare idle power of type `t` in the world.
     pub fn idle_w(&self, t: usize) -> f64 {
         self.types[t].idle_w
+    }
+
+    /// The world's power figures of every type, with their sources (printed by the simulator).
+    pub fn power_table(&self) -> Vec<TypePower> {
+        self.types.iter().map(|t| t.power.clone()).collect()
+    }
+}
+
+/// The world's idle, maximum and context power of catalog type `g` (see the module doc).
+fn type_power(
+    g: &crate::model::GpuType,
+    analog: Analog,
+    [v100_idle, p100_idle]: [f64; 2],
+    [v100, p100, a10]: [&ZeusGpu; 3],
+) -> TypePower {
+    use PowerSource::{Measured, PerturbedCatalog, Scaled};
+    let idle_cat = || {
+        (
+            g.idle_power.0 * catalog_error(&g.name, 1, IDLE_ERROR_SIGMA),
+            PerturbedCatalog,
+        )
+    };
+    let max_cat = || {
+        (
+            g.max_power.0 * catalog_error(&g.name, 2, MAX_ERROR_SIGMA),
+            PerturbedCatalog,
+        )
+    };
+    let ((idle_w, idle_source), (max_w, max_source)) = match analog {
+        Analog::V100 => ((v100_idle, Measured), (v100.max_limit_w, Measured)),
+        Analog::P100 => ((p100_idle, PerturbedCatalog), (p100.max_limit_w, Measured)),
+        Analog::A10 => (idle_cat(), (a10.max_limit_w, Measured)),
+        Analog::T4 => (idle_cat(), max_cat()),
+        Analog::A100 => (
+            measured_w("A100-80GB", "idle").map_or_else(idle_cat, |w| (w, Measured)),
+            max_cat(),
+        ),
+        Analog::H100 => (
+            measured_w("H100", "idle").map_or_else(idle_cat, |w| (w, Measured)),
+            measured_w("H100-SXM", "busy_max").map_or_else(max_cat, |w| (w, Measured)),
+        ),
+        Analog::None => (idle_cat(), max_cat()),
+    };
+    let (context_w, context_source) = match analog {
+        Analog::A100 => measured_w("A100-80GB", "context")
+            .map_or((HBM_CONTEXT_PER_TDP * max_w, Scaled), |w| (w, Measured)),
+        Analog::H100 => measured_w("H100", "context")
+            .map_or((HBM_CONTEXT_PER_TDP * max_w, Scaled), |w| (w, Measured)),
+        // GDDR6 parts.
+        Analog::A10 | Analog::T4 => (GDDR_CONTEXT_PER_TDP * max_w, Scaled),
+        _ => (HBM_CONTEXT_PER_TDP * max_w, Scaled),
+    };
+    TypePower {
+        gpu_type: g.name.clone(),
+        idle_w,
+        idle_source,
+        max_w,
+        max_source,
+        context_w,
+        context_source,
     }
 }
 
@@ -1057,6 +1258,78 @@ mod tests {
             },
         );
         assert!(p.jobs[0].slowdown < 1.01, "the old catalog's claim");
+    }
+
+    /// Issue 16: every energy figure was once computed with the catalog's own power table. The
+    /// world's idle power must differ from the catalog's for every type (measured elsewhere, or
+    /// the catalog's perturbed); its maximum may equal the catalog's only where it is a
+    /// measurement (the top of a Zeus sweep is the board's power cap, which the datasheet the
+    /// catalog cites also gives: P100 250 W, the A10's 150 W), and the measured ones must be the
+    /// measurements.
+    #[test]
+    fn the_world_does_not_share_the_catalogs_power_table() {
+        let cfg = cfg();
+        let w = World::new(&cfg);
+        for (p, g) in w.power_table().iter().zip(&cfg.gpu_types) {
+            assert!(
+                (p.idle_w - g.idle_power.0).abs() > 1e-6,
+                "{}: the world's idle {} W is the catalog's",
+                g.name,
+                p.idle_w
+            );
+            assert!(
+                (p.max_w - g.max_power.0).abs() > 1e-6 || p.max_source == PowerSource::Measured,
+                "{}: the world's maximum {} W is the catalog's, unmeasured",
+                g.name,
+                p.max_w
+            );
+            assert!(
+                p.context_w > 0.0 && p.context_w < p.max_w - p.idle_w,
+                "{p:?}"
+            );
+        }
+        let v100 = cfg.gpu_type("v100m16").expect("v100");
+        assert_eq!(w.power_table()[v100].idle_w, 23.0);
+        assert_eq!(w.power_table()[v100].idle_source, PowerSource::Measured);
+        let h100 = cfg.gpu_type("h100").expect("h100");
+        assert_eq!(w.power_table()[h100].context_w, 49.9);
+    }
+
+    /// A GPU holding a context draws its context power over idle even when its service has
+    /// almost nothing to do; a blocked job holds no context.
+    #[test]
+    fn a_context_keeps_the_gpu_above_bare_idle() {
+        let cfg = cfg();
+        let w = World::new(&cfg);
+        let a100 = cfg.gpu_type("a100").expect("a100");
+        let vit = cfg
+            .classes
+            .iter()
+            .position(|c| c.name == "vit-infer")
+            .expect("vit");
+        let truth = JobTruth {
+            variant: 0,
+            noise: 1,
+            demand: 0.001,
+            contention: 1.0,
+        };
+        let occ = |runs| {
+            [Occupant {
+                class: vit,
+                truth: &truth,
+                share: SharePct::new(30).expect("30"),
+                runs,
+            }]
+        };
+        let light = w.gpu(a100, 1410.0, &occ(Runs::Mps));
+        assert!(
+            (light.power_w - (w.idle_w(a100) + 26.3)).abs() < 1e-9,
+            "{}",
+            light.power_w
+        );
+        assert!((light.job_power_w[0] - light.power_w).abs() < 1e-9);
+        let blocked = w.gpu(a100, 1410.0, &occ(Runs::Waits));
+        assert!((blocked.power_w - w.idle_w(a100)).abs() < 1e-9);
     }
 
     #[test]

@@ -76,7 +76,7 @@ impl Scheduler for Fgd<'_> {
         let mut best: Option<(i64, usize, Vec<usize>)> = None;
         for n in 0..st.nodes.len() {
             let res = &st.nodes[n].res;
-            if !res.fits(&pod) || !mps_ok(st, n, &pod) {
+            if !st.usable(n) || !res.fits(&pod) || !mps_ok(st, n, &pod) {
                 continue;
             }
             let (s, gpus) = self.scorer.fgd(res, &pod);
@@ -126,7 +126,7 @@ impl Scheduler for FgdPwr<'_> {
         let mut cands: Vec<(usize, i64, f64, Vec<usize>)> = Vec::new();
         for n in 0..st.nodes.len() {
             let res = &st.nodes[n].res;
-            if !res.fits(&pod) || !mps_ok(st, n, &pod) {
+            if !st.usable(n) || !res.fits(&pod) || !mps_ok(st, n, &pod) {
                 continue;
             }
             let (fgd, gpus) = self.scorer.fgd(res, &pod);

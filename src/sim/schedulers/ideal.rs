@@ -54,8 +54,6 @@ pub struct HeshareIdeal {
     params: ShareParams,
     /// Remembered sharing plans for the whole run; decisions need no reason text here.
     ctx: PlaceContext,
-    /// The node helper's `[node] other_user_share`.
-    time_slice: bool,
 }
 
 impl HeshareIdeal {
@@ -75,7 +73,6 @@ impl HeshareIdeal {
                 energy_weight: st.cfg.policy.energy_weight,
             },
             ctx: PlaceContext::simulation(),
-            time_slice: st.cfg.node.other_user_share == crate::config::OtherUserShare::TimeSlice,
         }
     }
 }
@@ -145,6 +142,11 @@ impl Scheduler for HeshareIdeal {
         }
         let d = plan.decision;
         let node = *self.node_index.get(d.node.as_deref()?)?;
+        // It decides on the whole view; a node this attempt may not use (powered down before
+        // powered-up ones are tried, a backfill reservation) waits for a later attempt.
+        if !st.usable(node) {
+            return None;
+        }
         let gpus: Vec<usize> = d
             .gpu_indices
             .iter()
@@ -163,10 +165,6 @@ impl Scheduler for HeshareIdeal {
 
     fn clock(&mut self, st: &State<'_>, gpu: usize) -> Mhz {
         node_helper_clock(st, gpu, &mut self.ctx, self.params)
-    }
-
-    fn time_slices_other_users(&self) -> bool {
-        self.time_slice
     }
 }
 

@@ -43,12 +43,6 @@ pub trait Scheduler {
     fn tick(&mut self, _st: &State<'_>, _waiting: &[usize]) -> bool {
         false
     }
-    /// Whether a share that lands beside another user's MPS server runs at once outside MPS,
-    /// time-sliced (heshare's node helper, `[node] other_user_share`), rather than waiting for
-    /// that user's jobs to end (MPS's own rule, what a plain Slurm site gets).
-    fn time_slices_other_users(&self) -> bool {
-        false
-    }
     /// Job `j` started (after `place` was taken).
     fn started(&mut self, _st: &State<'_>, _j: usize) {}
     /// Job `j` finished.
@@ -113,9 +107,10 @@ pub fn node_fits_host(st: &State<'_>, node: usize, job: &SimJob) -> bool {
     r.cpu_left >= job.pod.cpu_milli && r.memory_left >= job.pod.memory_mib
 }
 
-/// The job's GPUs on `node` if it has enough idle GPUs of an allowed type (first ones).
+/// The job's GPUs on `node` if it may be used now and has enough idle GPUs of an allowed type
+/// (first ones).
 pub fn idle_gpus_on(st: &State<'_>, node: usize, job: &SimJob) -> Option<Vec<usize>> {
-    if !node_fits_host(st, node, job) {
+    if !st.usable(node) || !node_fits_host(st, node, job) {
         return None;
     }
     let idle: Vec<usize> = st.nodes[node]

@@ -17,7 +17,6 @@
 
 use super::ideal::node_helper_clock;
 use super::{Placement, Scheduler};
-use crate::config::OtherUserShare;
 use crate::model::ModelParams;
 use crate::policy::{PlaceContext, PlacedJob, ShareParams};
 use crate::sim::cons_tres::{GresRequest, select};
@@ -57,8 +56,6 @@ pub struct Shipped {
     /// names, built once.
     nodes: Vec<NodeInfo>,
     users: Vec<String>,
-    /// The node helper's `[node] other_user_share`.
-    time_slice: bool,
 }
 
 impl Shipped {
@@ -111,7 +108,6 @@ impl Shipped {
                 })
                 .collect(),
             users: Vec::new(),
-            time_slice: st.cfg.node.other_user_share == OtherUserShare::TimeSlice,
         }
     }
 
@@ -305,10 +301,6 @@ impl Scheduler for Shipped {
         }
         let held = self.held.get(&j)?;
         select(st, &st.jobs[j], &held.gres)
-    }
-
-    fn time_slices_other_users(&self) -> bool {
-        self.time_slice
     }
 
     fn started(&mut self, _st: &State<'_>, j: usize) {
