@@ -64,6 +64,10 @@ uint64_t hs_mem_per_cpu(void) { return MEM_PER_CPU; }
 uint16_t hs_show_all(void) { return SHOW_ALL; }
 uint16_t hs_show_detail(void) { return SHOW_DETAIL; }
 uint64_t hs_node_state_unusable(void) { return NODE_STATE_DRAIN | NODE_STATE_NO_RESPOND; }
+/* Power saving (powered down, powering up, powering down). */
+uint64_t hs_node_state_powered_down(void) { return NODE_STATE_POWERED_DOWN; }
+uint64_t hs_node_state_powering_up(void) { return NODE_STATE_POWERING_UP; }
+uint64_t hs_node_state_powering_down(void) { return NODE_STATE_POWERING_DOWN; }
 int hs_eslurm_invalid_gres(void) { return ESLURM_INVALID_GRES; }
 
 /* For tests of the exported entry points: a zeroed job description as slurm_init_job_desc_msg

@@ -123,6 +123,8 @@ pub fn idle_view(nodes: &[Node]) -> ClusterView {
                 index,
                 gpu_type: t,
                 jobs: vec![],
+                power: crate::policy::SlotPower::Up,
+                node_gpus: n.gpus,
             })
         })
         .collect();

@@ -83,6 +83,47 @@ pub struct PolicyKnobs {
     /// offered to Slurm too, so the job starts on whichever frees first; 0 offers one type.
     #[serde(default = "default_offer_margin")]
     pub offer_margin: f64,
+    /// Shares and clocks are sized for an inference class's demand times (1 + this): the upper
+    /// end of what a job of the class may really need, so its bound (and time limit) holds
+    /// when the prior errs.
+    #[serde(default = "default_demand_margin")]
+    pub demand_margin: f64,
+    /// The GPU type users write their time limits for: `slowest` (the slowest type a job's
+    /// request allows, which plain Slurm could give it) or a catalog type name. heshare never
+    /// offers a type, share or clock on which a job's predicted runtime exceeds its limit so read.
+    #[serde(default = "default_limit_type")]
+    pub limit_type: String,
+    /// Of the GPU time several users' contexts share by time-slicing, the part that does work.
+    #[serde(default = "default_time_slice_efficiency")]
+    pub time_slice_efficiency: f64,
+    /// The largest share `--gpu-share=auto` sizes on an idle GPU; a job needing more gets the
+    /// whole GPU (the rest would be too small to be worth its risk).
+    #[serde(default = "default_max_auto_share_pct")]
+    pub max_auto_share_pct: u8,
+    /// Sizing margins shrink as the demand waiting for a type beyond its idle GPUs grows, and are
+    /// gone when it reaches this fraction of the type's GPUs (0: always full margins).
+    #[serde(default = "default_no_margin_backlog")]
+    pub no_margin_backlog: f64,
+}
+
+fn default_no_margin_backlog() -> f64 {
+    0.0
+}
+
+fn default_max_auto_share_pct() -> u8 {
+    90
+}
+
+fn default_time_slice_efficiency() -> f64 {
+    0.8
+}
+
+fn default_limit_type() -> String {
+    "slowest".to_owned()
+}
+
+fn default_demand_margin() -> f64 {
+    0.15
 }
 
 fn default_max_jobs_per_gpu() -> u8 {
@@ -122,6 +163,12 @@ struct GpuTypeSpec {
     dvfs_exponent: f64,
     #[serde(default = "yes")]
     mps: bool,
+    #[serde(default)]
+    host_power_w: f64,
+    #[serde(default)]
+    speed_uncertainty: f64,
+    #[serde(default)]
+    context_power_w: Option<f64>,
 }
 
 fn yes() -> bool {
@@ -160,6 +207,30 @@ struct RawConfig {
     node: NodeSettings,
     #[serde(default)]
     live: LiveSettings,
+    #[serde(default)]
+    power: PowerSettings,
+}
+
+/// `[power]`: what the site's power saving makes a decision cost (mirror slurm.conf's
+/// `SuspendTime` and the nodes' real boot time; `check-config --slurm-conf` compares them).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PowerSettings {
+    /// Seconds a powered-down node takes to boot and rejoin: a job Slurm starts on one waits
+    /// this long.
+    pub resume_s: f64,
+    /// slurm.conf's `SuspendTime`: a node a job wakes stays on this long after the job ends
+    /// (unless another comes). Unset: power saving off, no node ever sleeps.
+    pub suspend_time_s: Option<f64>,
+}
+
+impl Default for PowerSettings {
+    fn default() -> Self {
+        PowerSettings {
+            resume_s: 300.0,
+            suspend_time_s: None,
+        }
+    }
 }
 
 /// `[live]`: the plugin's snapshot of the running cluster (and the simulator's model of it).
@@ -302,6 +373,12 @@ pub struct Config {
     pub reference_gpu: usize,
     pub node: NodeSettings,
     pub live: LiveSettings,
+    pub power: PowerSettings,
+    /// Per inference class, the class with a demand of P% of a reference GPU (index P - 1), for
+    /// sizing a job by what it may really need (`Config::class_on`). Empty for training classes
+    /// (they fill whatever GPU they get). Kept here so that every decision refers to the same
+    /// class objects (the plan cache keys on them).
+    pub demand_classes: Vec<Vec<JobClass>>,
 }
 
 impl Config {
@@ -319,6 +396,39 @@ impl Config {
 
     pub fn class(&self, name: &str) -> Option<&JobClass> {
         self.classes.iter().find(|c| c.name == name)
+    }
+
+    /// The class named `name` as shares and clocks are sized for it on `gpu`: for an inference
+    /// class, its demand (or `demand_pct`% of a reference GPU, as its user said) times
+    /// (1 + `demand_margin`), and on a type whose speed the catalog did not measure times
+    /// exp(`speed_uncertainty`) as well: an upper end of what it may need there. `margins` in
+    /// 0..=1 scales both (1: all of them; placement lowers it as a type's backlog grows, when
+    /// waiting costs more than the risk). Training classes are as they are.
+    pub fn class_on(
+        &self,
+        name: &str,
+        demand_pct: Option<u8>,
+        gpu: &GpuType,
+        margins: f64,
+    ) -> Option<&JobClass> {
+        let i = self.classes.iter().position(|c| c.name == name)?;
+        let raw = &self.classes[i];
+        if raw.kind != JobKind::Inference {
+            return Some(raw);
+        }
+        let m = margins.clamp(0.0, 1.0);
+        let pct = demand_pct.map_or(raw.demand * 100.0, f64::from)
+            * (1.0 + self.policy.demand_margin.max(0.0) * m)
+            * (gpu.speed_uncertainty.max(0.0) * m).exp();
+        // Clamped to 1..=100 first, so the cast is exact.
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        let pct = pct.ceil().clamp(1.0, 100.0) as usize;
+        Some(
+            self.demand_classes
+                .get(i)
+                .and_then(|v| v.get(pct - 1))
+                .unwrap_or(raw),
+        )
     }
 
     /// The catalog's GPU type names, comma separated, for "known: ..." in error messages.
@@ -547,6 +657,26 @@ fn validate(raw: RawConfig, errs: &mut Problems) -> Config {
             f("dvfs_exponent"),
             format!("{} is outside 0.1..=5", g.dvfs_exponent),
         );
+        check(
+            errs,
+            finite_in(g.host_power_w, 0.0, 10_000.0),
+            f("host_power_w"),
+            format!("{} is outside 0..=10000 W", g.host_power_w),
+        );
+        if let Some(c) = g.context_power_w {
+            check(
+                errs,
+                finite_in(c, 0.0, g.max_power_w.max(0.0)),
+                f("context_power_w"),
+                format!("{c} is outside 0..=max_power_w"),
+            );
+        }
+        check(
+            errs,
+            finite_in(g.speed_uncertainty, 0.0, 2.0),
+            f("speed_uncertainty"),
+            format!("{} is outside 0..=2", g.speed_uncertainty),
+        );
         let clocks = match (&g.sm_clocks_mhz, &g.sm_clock_range_mhz) {
             (Some(list), None) => {
                 let mut c = list.clone();
@@ -613,6 +743,14 @@ fn validate(raw: RawConfig, errs: &mut Problems) -> Config {
             dvfs_static_fraction: g.dvfs_static_fraction,
             dvfs_exponent: g.dvfs_exponent,
             mps: g.mps,
+            host_power: Watts(g.host_power_w),
+            speed_uncertainty: g.speed_uncertainty,
+            // Unless given: a tenth of the dynamic range, the middle of the measured 26-50 W on
+            // HBM parts of 300-700 W (arXiv 2605.23918).
+            context_power: Watts(
+                g.context_power_w
+                    .unwrap_or((g.max_power_w - g.idle_power_w).max(0.0) * 0.1),
+            ),
         });
     }
     let mut seen = BTreeMap::new();
@@ -785,6 +923,71 @@ fn validate(raw: RawConfig, errs: &mut Problems) -> Config {
         "live.reroute_max_jobs",
         format!("{} is over 100000", l.reroute_max_jobs),
     );
+    let w = &raw.power;
+    check(
+        errs,
+        finite_in(w.resume_s, 0.0, 86_400.0),
+        "power.resume_s",
+        format!("{} is outside 0..=86400 s", w.resume_s),
+    );
+    if let Some(t) = w.suspend_time_s {
+        check(
+            errs,
+            finite_in(t, 0.0, 31_536_000.0),
+            "power.suspend_time_s",
+            format!("{t} is outside 0..=31536000 s (leave it out when power saving is off)"),
+        );
+    }
+    let lt = &raw.policy.limit_type;
+    check(
+        errs,
+        lt == "slowest" || gpu_types.iter().any(|g| &g.name == lt),
+        "policy.limit_type",
+        format!(
+            "\"{lt}\" is neither slowest nor a GPU type of the catalog ({})",
+            gpu_types
+                .iter()
+                .map(|g| g.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    );
+    check(
+        errs,
+        finite_in(raw.policy.no_margin_backlog, 0.0, 100.0),
+        "policy.no_margin_backlog",
+        format!("{} is outside 0..=100", raw.policy.no_margin_backlog),
+    );
+    check(
+        errs,
+        (1..=100).contains(&raw.policy.max_auto_share_pct),
+        "policy.max_auto_share_pct",
+        format!("{} is outside 1..=100", raw.policy.max_auto_share_pct),
+    );
+    check(
+        errs,
+        finite_in(raw.policy.time_slice_efficiency, 0.05, 1.0),
+        "policy.time_slice_efficiency",
+        format!("{} is outside 0.05..=1", raw.policy.time_slice_efficiency),
+    );
+    check(
+        errs,
+        finite_in(raw.policy.demand_margin, 0.0, 3.0),
+        "policy.demand_margin",
+        format!("{} is outside 0..=3", raw.policy.demand_margin),
+    );
+    let demand_classes = classes
+        .iter()
+        .map(|c| match c.kind {
+            JobKind::Inference => (1..=100u8)
+                .map(|p| JobClass {
+                    demand: f64::from(p) / 100.0,
+                    ..c.clone()
+                })
+                .collect(),
+            JobKind::Training => Vec::new(),
+        })
+        .collect();
     Config {
         policy: raw.policy,
         gpu_types,
@@ -792,6 +995,8 @@ fn validate(raw: RawConfig, errs: &mut Problems) -> Config {
         reference_gpu: reference_gpu.unwrap_or(0),
         node: raw.node,
         live: raw.live,
+        power: raw.power,
+        demand_classes,
     }
 }
 

@@ -16,7 +16,13 @@
 //!   `rho = need / share`, runs at its own pace while `rho <= 1` and slows by `rho` beyond.
 //! * **Contention** (fitted to Gavel's co-located pairs): each job slows by
 //!   `1 + kappa * sum(mem_intensity_k * busy_k)` over the other jobs on the GPU. MPS runs one
-//!   user's server at a time, so jobs of `n` different users on one GPU are time-sliced `n` ways.
+//!   user's server at a time, and the node helper runs another user's share outside MPS, so the
+//!   users' contexts share the GPU's time: by max-min fairness of what each keeps busy, less
+//!   `time_slice_efficiency`'s loss while two or more have work. Light services of two users
+//!   keep pace; two training jobs get about half each.
+//! * **A context held** keeps a GPU above bare idle (Vadari, arXiv 2605.23918: 26-66 W): the
+//!   power above idle is at least the type's `context_power`, once per GPU, however many jobs
+//!   share it, which is part of why sharing light services pays.
 //! * **Energy attribution**: idle power is split by share, busy power by each job's draw.
 
 use crate::units::{Joules, Mhz, Seconds, SharePct, Watts};
@@ -45,6 +51,15 @@ pub struct GpuType {
     pub dvfs_exponent: f64,
     /// Whether Slurm offers this type as gres/mps.
     pub mps: bool,
+    /// Host power per GPU at the wall (a node's idle host power over its GPUs): what a job keeps
+    /// on besides its GPUs, for as long as it holds them.
+    pub host_power: Watts,
+    /// Log-space spread of the catalog's inference speed on this type where nothing measured it
+    /// (0 where measured): shares are sized that much larger here.
+    pub speed_uncertainty: f64,
+    /// Power over idle while a CUDA context is held (an MPS server, a service between
+    /// requests): the least a GPU with a job draws above idle.
+    pub context_power: Watts,
 }
 
 impl GpuType {
@@ -104,6 +119,45 @@ pub struct JobClass {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ModelParams {
     pub contention_kappa: f64,
+    /// Of the GPU time several users' CUDA contexts share by time-slicing (MPS serves one user
+    /// per GPU; the node helper runs another user's share outside MPS), the part that does work.
+    pub time_slice_efficiency: f64,
+}
+
+impl ModelParams {
+    /// The model constants of a configuration.
+    pub fn of(cfg: &crate::config::Config) -> ModelParams {
+        ModelParams {
+            contention_kappa: cfg.policy.contention_kappa,
+            time_slice_efficiency: cfg.policy.time_slice_efficiency,
+        }
+    }
+}
+
+/// Max-min fair division of `capacity` among demands `needs` (water filling): no one gets more
+/// than it needs, and what one does not use goes to the others.
+pub fn max_min_fair(needs: &[f64], capacity: f64) -> Vec<f64> {
+    let mut got = vec![0.0; needs.len()];
+    let mut open: Vec<usize> = (0..needs.len()).filter(|&i| needs[i] > 0.0).collect();
+    let mut left = capacity;
+    while !open.is_empty() {
+        #[allow(clippy::cast_precision_loss)]
+        let level = left / open.len() as f64;
+        let (full, rest): (Vec<usize>, Vec<usize>) =
+            open.iter().partition(|&&i| needs[i] - got[i] <= level);
+        if full.is_empty() {
+            for &i in &rest {
+                got[i] += level;
+            }
+            break;
+        }
+        for &i in &full {
+            left -= needs[i] - got[i];
+            got[i] = needs[i];
+        }
+        open = rest;
+    }
+    got
 }
 
 /// One job on a GPU, as the model sees it.
@@ -246,14 +300,15 @@ pub fn predict(
         .zip(&nominal_busy)
         .map(|(t, b)| t.class.mem_intensity * b)
         .sum();
-    let users = distinct_users(tenants);
+    let slice = time_slices(tenants, &nominal_busy, params);
 
     let mut draws = Vec::with_capacity(tenants.len());
     let mut jobs = Vec::with_capacity(tenants.len());
-    for (t, &busy) in tenants.iter().zip(&nominal_busy) {
+    for (k, (t, &busy)) in tenants.iter().zip(&nominal_busy).enumerate() {
         let own_pressure = t.class.mem_intensity * busy;
         let contention = 1.0 + params.contention_kappa * (total_pressure - own_pressure).max(0.0);
-        let serial = users as f64;
+        // Several users: each user's context gets only part of the GPU's time.
+        let serial = 1.0 / slice[k].max(1e-9);
         let s = t.share.fraction();
         let alone = alone_runtime(t.class, gpu, reference).0;
         let (runtime, draw) = match t.class.kind {
@@ -285,7 +340,14 @@ pub fn predict(
 
     let total_draw: f64 = draws.iter().sum();
     let dynamic_range = gpu.max_power.0 - gpu.idle_power.0;
-    let dynamic = dynamic_range * total_draw.min(1.0) * gpu.dvfs_power_factor(f);
+    let work = dynamic_range * total_draw.min(1.0) * gpu.dvfs_power_factor(f);
+    // A GPU with a context held (any job on it) sits above bare idle even when it computes
+    // little; work that draws more includes it. One context, however many jobs share it.
+    let dynamic = if tenants.is_empty() {
+        work
+    } else {
+        work.max(gpu.context_power.0)
+    };
     let total_share: f64 = tenants.iter().map(|t| t.share.fraction()).sum();
     for ((job, t), draw) in jobs.iter_mut().zip(tenants).zip(&draws) {
         let idle_part = if total_share > 0.0 {
@@ -296,7 +358,9 @@ pub fn predict(
         let dyn_part = if total_draw > 0.0 {
             dynamic * draw / total_draw
         } else {
-            0.0
+            #[allow(clippy::cast_precision_loss)]
+            let each = dynamic / tenants.len().max(1) as f64;
+            each
         };
         job.power = Watts(idle_part + dyn_part);
     }
@@ -305,6 +369,50 @@ pub fn predict(
         power: Watts(gpu.idle_power.0 + dynamic),
         jobs,
     }
+}
+
+/// Per tenant, the part of its context's GPU time it gets: 1 with one user; with several, the
+/// contexts (one per user: MPS serves one user, the others run outside it) share the GPU by
+/// max-min fairness of what each keeps busy alone, less the switching loss while two or more
+/// have work.
+fn time_slices(tenants: &[Tenant<'_>], busy: &[f64], params: ModelParams) -> Vec<f64> {
+    if distinct_users(tenants) <= 1 {
+        return vec![1.0; tenants.len()];
+    }
+    let mut users: Vec<u32> = tenants.iter().map(|t| t.user).collect();
+    users.sort_unstable();
+    users.dedup();
+    // A user's context is busy while any of its training jobs runs, else as its services are.
+    let needs: Vec<f64> = users
+        .iter()
+        .map(|&u| {
+            let mine = tenants.iter().zip(busy).filter(|(t, _)| t.user == u);
+            let training = mine.clone().any(|(t, _)| t.class.kind == JobKind::Training);
+            if training {
+                1.0
+            } else {
+                mine.map(|(_, b)| b).sum::<f64>().min(1.0)
+            }
+        })
+        .collect();
+    let active = needs.iter().filter(|&&n| n > 0.0).count();
+    let capacity = if active > 1 {
+        params.time_slice_efficiency.clamp(0.01, 1.0)
+    } else {
+        1.0
+    };
+    let got = max_min_fair(&needs, capacity);
+    tenants
+        .iter()
+        .map(|t| {
+            let i = users.iter().position(|&u| u == t.user).unwrap_or(0);
+            if needs[i] > 0.0 {
+                got[i] / needs[i]
+            } else {
+                1.0
+            }
+        })
+        .collect()
 }
 
 fn distinct_users(tenants: &[Tenant<'_>]) -> usize {
@@ -332,6 +440,9 @@ pub(crate) mod tests {
             dvfs_static_fraction: 0.3,
             dvfs_exponent: 2.0,
             mps: true,
+            host_power: Watts(0.0),
+            speed_uncertainty: 0.0,
+            context_power: Watts(0.0),
         }
     }
 
@@ -367,6 +478,7 @@ pub(crate) mod tests {
 
     const P: ModelParams = ModelParams {
         contention_kappa: 0.33,
+        time_slice_efficiency: 0.8,
     };
 
     fn alone<'a>(c: &'a JobClass, share: u8) -> [Tenant<'a>; 1] {
@@ -447,12 +559,45 @@ pub(crate) mod tests {
             (sum - p.power.0).abs() < 1e-9,
             "attribution adds up to the GPU's power"
         );
+        // Two users: two contexts time-sliced, each training job gets half of the 80% the
+        // switching leaves.
         let other_user = [two[0], Tenant { user: 2, ..two[1] }];
         let q = predict(&g, &g, &other_user, g.default_sm_clock, P);
         assert!(
-            (q.jobs[0].slowdown / p.jobs[0].slowdown - 2.0).abs() < 1e-9,
-            "MPS serialises users"
+            (q.jobs[0].slowdown / p.jobs[0].slowdown - 1.0 / 0.4).abs() < 1e-9,
+            "{} vs {}",
+            q.jobs[0].slowdown,
+            p.jobs[0].slowdown
         );
+        // Two users' light services fit in the time there is: both keep pace.
+        let i = inference("i", 0.2);
+        let light = [
+            Tenant {
+                class: &i,
+                share: SharePct::new(30).expect("30"),
+                user: 1,
+            },
+            Tenant {
+                class: &i,
+                share: SharePct::new(30).expect("30"),
+                user: 2,
+            },
+        ];
+        let l = predict(&g, &g, &light, g.default_sm_clock, P);
+        assert!(l.jobs.iter().all(|j| j.slowdown < 1.0 + 1e-9), "{l:?}");
+    }
+
+    #[test]
+    fn max_min_fair_gives_no_one_more_than_it_needs_nor_more_than_there_is() {
+        assert_eq!(max_min_fair(&[0.2, 0.3], 1.0), vec![0.2, 0.3]);
+        assert_eq!(max_min_fair(&[1.0, 1.0], 0.8), vec![0.4, 0.4]);
+        let got = max_min_fair(&[1.0, 0.1, 0.0, 0.6], 0.85);
+        assert!((got[1] - 0.1).abs() < 1e-12 && got[2] == 0.0, "{got:?}");
+        assert!(
+            (got[0] - 0.375).abs() < 1e-12 && (got[3] - 0.375).abs() < 1e-12,
+            "{got:?}"
+        );
+        assert!((got.iter().sum::<f64>() - 0.85).abs() < 1e-12);
     }
 
     #[test]

@@ -70,7 +70,7 @@ fn training_and_small_inference_get_different_explained_decisions() {
     assert_eq!(t["exclusive"], Value::Bool(true), "{t}");
     assert_eq!(t["share_pct"], 100);
     assert_eq!(i["exclusive"], Value::Bool(false), "{i}");
-    assert!(i["share_pct"].as_u64().expect("share") < 50, "{i}");
+    assert!(i["share_pct"].as_u64().expect("share") <= 50, "{i}");
     assert_ne!(
         t["gpu_type"], i["gpu_type"],
         "compute-bound training and small inference differ in type"
@@ -198,8 +198,8 @@ fn check_config_warns_of_nodes_without_type_features_and_of_one_sharing_mps() {
 #[test]
 fn a_misspelt_field_fails_with_file_and_line() {
     let (_dir, path) = shipped_config_with(
-        "idle_power_w = 50\nmax_power_w = 400\nmemory_gib = 40",
-        "idle_power_w = 50\nmax_powr_w = 400\nmemory_gib = 40",
+        "idle_power_w = 50\nmax_power_w = 400\nhost_power_w = 25",
+        "idle_power_w = 50\nmax_powr_w = 400\nhost_power_w = 25",
     );
     let o = heshare(&["check-config", "--config", path.to_str().expect("utf-8")]);
     assert_eq!(o.status.code(), Some(1));
@@ -324,7 +324,7 @@ fn a_job_given_as_json_is_read_and_checked() {
 
 #[test]
 fn heshare_config_environment_variable_is_honoured() {
-    let (_dir, path) = shipped_config_with("energy_weight = 0.5", "energy_weight = 7");
+    let (_dir, path) = shipped_config_with("energy_weight = 0.1", "energy_weight = 7");
     let o = Command::new(BIN)
         .args(["plan", "--class", "bert-train"])
         .env("HESHARE_CONFIG", &path)

@@ -75,7 +75,7 @@ fn the_installed_plugins_load_in_slurm_and_decide() {
     let s = c.wait_done(&job);
     assert!(s.contains("AdminComment=heshare: type=t4"), "{s}");
     assert!(
-        s.contains(&format!("TresPerNode={}", gres("mps:35"))),
+        s.contains(&format!("TresPerNode={}", gres("mps:50"))),
         "{s}"
     );
     // The installed SPANK plugin checks option values in sbatch itself.

@@ -3,7 +3,7 @@
 
 use heshare::cli::BUNDLED_CONFIG;
 use heshare::config::Config;
-use heshare::model::{JobClass, JobKind, ModelParams};
+use heshare::model::{JobClass, JobKind};
 use heshare::policy::share::clock_cost;
 use heshare::policy::{
     ClusterView, EnergyPolicy, GpuSlot, JobRequest, PlacedJob, ShareJob, ShareParams, ShareRequest,
@@ -75,13 +75,7 @@ fn jobs_strategy() -> impl Strategy<Value = Vec<GenJob>> {
 }
 
 fn params(cfg: &Config) -> ShareParams {
-    ShareParams {
-        model: ModelParams {
-            contention_kappa: cfg.policy.contention_kappa,
-        },
-        share_step_pct: cfg.policy.mps_share_step_pct,
-        energy_weight: cfg.policy.energy_weight,
-    }
+    ShareParams::of(cfg)
 }
 
 proptest! {
@@ -112,8 +106,9 @@ proptest! {
             let default_ok = plan.at_default_clock.jobs.iter().zip(&share_jobs).all(|(p, j)| p.slowdown <= j.bound + 1e-9);
             if default_ok {
                 let w = cfg.policy.energy_weight;
-                prop_assert!(clock_cost(&plan.prediction, w) <= clock_cost(&plan.at_default_clock, w) * (1.0 + 1e-12),
-                    "optimized {} > default {}", clock_cost(&plan.prediction, w), clock_cost(&plan.at_default_clock, w));
+                let (st, idle) = heshare::policy::share::static_of(gpu, params(&cfg));
+                prop_assert!(clock_cost(&plan.prediction, w, st, idle) <= clock_cost(&plan.at_default_clock, w, st, idle) * (1.0 + 1e-12),
+                    "optimized {} > default {}", clock_cost(&plan.prediction, w, st, idle), clock_cost(&plan.at_default_clock, w, st, idle));
             }
             let attributed: f64 = plan.prediction.jobs.iter().map(|j| j.power.0).sum();
             prop_assert!((attributed - plan.prediction.power.0).abs() <= 1e-9 * plan.prediction.power.0.max(1.0));
@@ -127,7 +122,7 @@ proptest! {
         for (weight, key) in [(1.0, 0usize), (0.0, 1usize)] {
             let mut cfg = base.clone();
             cfg.policy.energy_weight = weight;
-            let req = JobRequest { class: class.clone(), gpus: 1, share, user: "u".into(), gpu_types: vec![], energy_policy: None, time_limit_s: None, reference_share: None };
+            let req = JobRequest { class: class.clone(), gpus: 1, share, user: "u".into(), gpu_types: vec![], energy_policy: None, time_limit_s: None, reference_share: None, demand_pct: None };
             let plan = place(&cfg, &ClusterView::idle_types(&cfg), &req).expect("an idle catalog fits every bundled class");
             let value = |c: &heshare::policy::Candidate| if key == 0 { c.predicted_energy_j } else { c.predicted_runtime_s };
             let best = plan.candidates.iter().map(value).fold(f64::INFINITY, f64::min);
@@ -141,13 +136,15 @@ proptest! {
         occupants in prop::collection::vec((0usize..12, 1u8..=8, 0u8..3, any::<bool>()), 0..40),
         class_idx in 0usize..12,
         policy in prop_oneof![Just(None), Just(Some(EnergyPolicy::Energy)), Just(Some(EnergyPolicy::Performance))],
+        cross_user in any::<bool>(),
     ) {
-        let cfg = cfg();
+        let mut cfg = cfg();
+        cfg.policy.allow_cross_user_sharing = cross_user;
         // Eight nodes, one per catalog type and one more, four GPUs each.
         let mut view = ClusterView::default();
         for n in 0..8usize {
             for i in 0..4u32 {
-                view.gpus.push(GpuSlot { node: format!("n{n}"), index: i, gpu_type: n % cfg.gpu_types.len(), jobs: vec![] });
+                view.gpus.push(GpuSlot { node: format!("n{n}"), index: i, gpu_type: n % cfg.gpu_types.len(), jobs: vec![], power: heshare::policy::SlotPower::Up, node_gpus: 4 });
             }
         }
         for (k, (class, share, user, exclusive)) in occupants.iter().enumerate() {
@@ -159,7 +156,7 @@ proptest! {
             }
             slot.jobs.push(PlacedJob { class: class % cfg.classes.len(), share: SharePct::new(u8::try_from(share).expect("<=100")).expect("valid"), user: format!("u{user}"), exclusive: *exclusive });
         }
-        let req = JobRequest { class: cfg.classes[class_idx % cfg.classes.len()].name.clone(), gpus: 1, share: ShareRequest::Auto, user: "u0".into(), gpu_types: vec![], energy_policy: policy, time_limit_s: None, reference_share: None };
+        let req = JobRequest { class: cfg.classes[class_idx % cfg.classes.len()].name.clone(), gpus: 1, share: ShareRequest::Auto, user: "u0".into(), gpu_types: vec![], energy_policy: policy, time_limit_s: None, reference_share: None, demand_pct: None };
         let a = place(&cfg, &view, &req);
         prop_assert_eq!(&a, &place(&cfg, &view, &req));
         if let Ok(plan) = a {
@@ -168,7 +165,7 @@ proptest! {
             let slot = view.gpus.iter().find(|g| g.node == node && g.index == d.gpu_indices[0]).expect("the GPU exists");
             let used: u32 = slot.jobs.iter().map(|j| u32::from(j.share.get())).sum();
             prop_assert!(used + u32::from(d.share_pct) <= 100);
-            prop_assert!(slot.jobs.iter().all(|j| !j.exclusive && j.user == "u0"), "joined a GPU it may not share");
+            prop_assert!(slot.jobs.iter().all(|j| !j.exclusive && (cross_user || j.user == "u0")), "joined a GPU it may not share");
             prop_assert!(!d.exclusive || slot.jobs.is_empty());
             prop_assert!(cfg.gpu_types[slot.gpu_type].supports_clock(heshare::units::Mhz(d.sm_clock_mhz)));
             prop_assert!(d.nice.unsigned_abs() <= cfg.policy.nice_range);

@@ -39,11 +39,26 @@ fn two_mps_jobs_share_a_gpu_and_one_runs_exclusive_and_every_joule_is_accounted(
         "{} was not built: run `cargo build --release` first (bash .ci/run does)",
         plugin.display()
     );
+    // A site weighing energy at 0.5 (the shipped 0.1 keeps whole GPUs at their default clock),
+    // so that a lowered clock is set and reset through the real Prolog and Epilog.
+    let cfg_dir = tempfile::tempdir().expect("tempdir");
+    let cfg = cfg_dir.path().join("heshare.toml");
+    let shipped = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/slurm-conf/heshare.toml"
+    ))
+    .expect("shipped config");
+    std::fs::write(
+        &cfg,
+        shipped.replacen("energy_weight = 0.1", "energy_weight = 0.5", 1),
+    )
+    .expect("write config");
     let c = Cluster::start(
         "node",
         &[
             ("HESHARE_PLUGIN", plugin.to_str().expect("utf-8")),
             ("HESHARE_NODE_HELPER", env!("CARGO_BIN_EXE_heshare")),
+            ("HESHARE_CONFIG", cfg.to_str().expect("utf-8")),
         ],
     );
     let script = "env | grep -E '^CUDA_MPS' | sort; sleep 4";

@@ -30,7 +30,13 @@ fn the_plugin_places_shares_and_whole_gpus_and_rejects_bad_input() {
     // only (several types offered at once are tested live in tests/slurm_live.rs).
     let cfg_dir = tempfile::tempdir().expect("tempdir");
     let cfg_path = cfg_dir.path().join("heshare.toml");
-    let shipped = || shipped().replacen("offer_margin = 35", "offer_margin = 0", 1);
+    // Weight 0.5: a site that weighs energy more than the shipped 0.1, so that a lowered clock
+    // travels from the decision to the Prolog.
+    let shipped = || {
+        shipped()
+            .replacen("offer_margin = 35", "offer_margin = 0", 1)
+            .replacen("energy_weight = 0.1", "energy_weight = 0.5", 1)
+    };
     std::fs::write(&cfg_path, shipped()).expect("write");
     let c = Cluster::start(
         "plugin",
@@ -76,19 +82,19 @@ fn the_plugin_places_shares_and_whole_gpus_and_rejects_bad_input() {
     let s = c.wait_done(&infer);
     assert_eq!(
         (field(&s, "TresPerNode="), field(&s, "Features=")),
-        (gres("mps:35").as_str(), "t4"),
+        (gres("mps:50").as_str(), "t4"),
         "{s}"
     );
     assert!(
-        s.contains("AdminComment=heshare: type=t4 share=35 clock=945 class=vit-infer policy=balanced snapshot="),
+        s.contains("AdminComment=heshare: type=t4 share=50 clock=1590 class=vit-infer policy=balanced snapshot="),
         "{s}"
     );
-    assert!(s.contains(" reason=35% MPS share of a t4"), "{s}");
+    assert!(s.contains(" reason=50% MPS share of a t4"), "{s}");
     // Alone on its GPU a share draws what the whole GPU would: no priority change.
     assert_eq!(field(&s, "Nice="), "0", "{s}");
     assert_eq!(field(&s, "NodeList="), "ht4");
     let out = c.read(&format!("infer-{infer}.out"));
-    assert!(out.starts_with("mps=35\n"), "{out}");
+    assert!(out.starts_with("mps=50\n"), "{out}");
     assert!(
         out.contains("_heshare_gpu_class=vit-infer") && out.contains("_heshare_gpu_share=auto"),
         "{out}"
@@ -100,9 +106,9 @@ fn the_plugin_places_shares_and_whole_gpus_and_rejects_bad_input() {
         "SPANK_HESHARE_CLASS=vit-infer",
         "SPANK_HESHARE_GPU_TYPE=t4",
         "SPANK_HESHARE_GPU_TYPES=t4",
-        "SPANK_HESHARE_SHARE=35",
-        "SPANK_HESHARE_SM_CLOCK_MHZ=945",
-        "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=35",
+        "SPANK_HESHARE_SHARE=50",
+        "SPANK_HESHARE_SM_CLOCK_MHZ=1590",
+        "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50",
     ] {
         assert!(
             prolog.lines().any(|l| l == want),
@@ -117,7 +123,7 @@ fn the_plugin_places_shares_and_whole_gpus_and_rejects_bad_input() {
         "{s}"
     );
     assert!(
-        s.contains("AdminComment=heshare: type=a100 share=exclusive clock=1125 class=bert-train"),
+        s.contains("AdminComment=heshare: type=a100 share=exclusive clock=975 class=bert-train"),
         "{s}"
     );
     // A class alone is no queue jump.
@@ -144,6 +150,69 @@ fn the_plugin_places_shares_and_whole_gpus_and_rejects_bad_input() {
         ],
     );
     assert!(ok && out.trim() == "0", "srun failed: {out}{err}");
+
+    // Time limits (issue 16). By default a job's limit is taken as its runtime on the slowest
+    // type its request allows (what plain Slurm could give it); the Prolog hears which, and the
+    // node helper keeps the job within it there.
+    let limited = c.sbatch(&[
+        "--gres=gpu:1",
+        "--gpu-class=bert-train",
+        "-t",
+        "20",
+        "--wrap",
+        "true",
+    ]);
+    c.wait_done(&limited);
+    let prolog = c.read(&format!("log/prolog-{limited}.env"));
+    assert!(
+        prolog.lines().any(|l| l == "SPANK_HESHARE_LIMIT_TYPE=t4"),
+        "{prolog}"
+    );
+    // A site whose users write their limits for its V100s: a 20-minute bert job is never sent
+    // to a t4, where it would need longer than that; asked for a t4, it is left as asked, and
+    // AdminComment says why.
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    std::fs::write(
+        &cfg_path,
+        shipped()
+            .replacen("offer_margin = 0", "offer_margin = 100", 1)
+            .replacen("limit_type = \"slowest\"", "limit_type = \"v100m16\"", 1),
+    )
+    .expect("write");
+    let any = c.sbatch(&[
+        "--gres=gpu:1",
+        "--gpu-class=bert-train",
+        "-t",
+        "20",
+        "--wrap",
+        "true",
+    ]);
+    let s = c.wait_done(&any);
+    let offered = s
+        .split("AdminComment=heshare: type=")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no offer: {s}"));
+    assert!(s.contains(" limit=v100m16 "), "the edit took effect: {s}");
+    assert!(
+        !offered.split('|').any(|t| t == "t4") && !field(&s, "Features=").contains("t4"),
+        "a 20-minute job offered a t4: {s}"
+    );
+    let t4 = c.sbatch(&[
+        "--gres=gpu:t4:1",
+        "--gpu-class=bert-train",
+        "-t",
+        "20",
+        "--wrap",
+        "true",
+    ]);
+    let s = c.wait_done(&t4);
+    assert!(
+        s.contains("t4: would need") && s.contains("time limit") && s.contains("left as asked"),
+        "{s}"
+    );
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    std::fs::write(&cfg_path, shipped()).expect("write");
 
     let s = c.wait_done(&noted);
     assert!(

@@ -104,6 +104,7 @@ fn snapshot_of(cfg: &Config, nodes: &[Node], view: &ClusterView, rng: &mut Split
                 gpus: (0..n.gpus).map(|i| (i, t)).collect(),
                 cpus: u32::try_from(n.cpu_milli / 1000).unwrap_or(u32::MAX),
                 memory_mib: n.memory_mib,
+                power: crate::policy::SlotPower::Up,
             })
         })
         .collect();

@@ -344,6 +344,7 @@ fn plan(out: &mut impl Write, args: &PlanArgs) -> Result<()> {
             energy_policy: args.energy_policy.map(Into::into),
             time_limit_s: None,
             reference_share: None,
+            demand_pct: None,
         },
     };
     let view = ClusterView::idle_types(&cfg);

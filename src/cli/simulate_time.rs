@@ -204,7 +204,7 @@ fn print(out: &mut impl Write, r: &Report, trace: &str, cluster: &str, scale: f6
     }
     writeln!(
         out,
-        "(facility and always-on: kWh at the wall per seed; kJ/job: facility energy per finished job; killed: at their time limit, all seeds)"
+        "(facility and always-on: kWh at the wall per seed; kJ/job: facility energy per finished job; mean/p99 JCT: every job, a killed one until its kill plus a rerun alone; killed: at their time limit, all seeds)"
     )?;
     writeln!(
         out,
@@ -221,9 +221,13 @@ fn print(out: &mut impl Write, r: &Report, trace: &str, cluster: &str, scale: f6
         }
     }
     for row in r.rows.iter().filter(|x| x.killed > 0) {
+        let plain = match row.killed_not_by_plain_slurm {
+            Some(k) => format!("; {k} that plain Slurm finished with the same requests"),
+            None => String::new(),
+        };
         writeln!(
             out,
-            "killed at their time limit: {}: {} jobs ({} by its clock, share or co-location; {:.1} kWh of GPU energy lost)",
+            "killed at their time limit: {}: {} jobs ({} by its clock, share or co-location{plain}; {:.1} kWh of GPU energy lost)",
             row.policy, row.killed, row.killed_by_sharing_or_clock, row.killed_gpu_kwh
         )?;
     }

@@ -202,9 +202,7 @@ mod tests {
             share: SharePct::new(50).expect("pct"),
             user: 1,
         }];
-        let params = ModelParams {
-            contention_kappa: cfg.policy.contention_kappa,
-        };
+        let params = ModelParams::of(&cfg);
         let (w, idle) = model_weights(gpu, reference, &tenants, gpu.default_sm_clock, params);
         assert!((idle - gpu.idle_power.0 * 0.5).abs() < 1e-9);
         let total = predict(gpu, reference, &tenants, gpu.default_sm_clock, params).power;

@@ -61,6 +61,10 @@ pub struct JobEnv {
     pub class: Option<String>,
     pub gpu_type: Option<String>,
     pub bound: Option<f64>,
+    /// `SPANK_HESHARE_LIMIT_TYPE`: the type the job's time limit is written for.
+    pub limit_type: Option<String>,
+    /// `SPANK_HESHARE_DEMAND_PCT`: what its user said it needs of a reference GPU.
+    pub demand_pct: Option<u8>,
 }
 
 impl JobEnv {
@@ -130,6 +134,11 @@ impl JobEnv {
             class: get("SPANK_HESHARE_CLASS").filter(|s| !s.is_empty()),
             gpu_type: get("SPANK_HESHARE_GPU_TYPE").filter(|s| !s.is_empty()),
             bound,
+            limit_type: get("SPANK_HESHARE_LIMIT_TYPE").filter(|s| !s.is_empty()),
+            // Only a hint for the clock: a value that is not a percentage is ignored.
+            demand_pct: get("SPANK_HESHARE_DEMAND_PCT")
+                .and_then(|s| s.parse::<u8>().ok())
+                .filter(|p| (1..=100).contains(p)),
         }))
     }
 }
@@ -684,9 +693,7 @@ impl<'a> NodeHelper<'a> {
     }
 
     fn model_params(&self) -> ModelParams {
-        ModelParams {
-            contention_kappa: self.cfg.policy.contention_kappa,
-        }
+        ModelParams::of(self.cfg)
     }
 
     /// Chooses the GPU's clock for the jobs on it (the #2 sharing optimizer), applies it, and
@@ -783,9 +790,14 @@ impl<'a> NodeHelper<'a> {
         reference: &GpuType,
         jobs: &[JobOnGpu],
     ) -> (Mhz, Option<String>) {
+        // Sized for the upper end of what each class may need, as placement sized the shares.
         let classes: Option<Vec<&JobClass>> = jobs
             .iter()
-            .map(|j| j.class.as_deref().and_then(|c| self.cfg.class(c)))
+            .map(|j| {
+                j.class
+                    .as_deref()
+                    .and_then(|c| self.cfg.class_on(c, j.demand_pct, gpu, 1.0))
+            })
             .collect();
         let Some(classes) = classes else {
             return (
@@ -803,11 +815,7 @@ impl<'a> NodeHelper<'a> {
                 bound: j.bound,
             })
             .collect();
-        let params = ShareParams {
-            model: self.model_params(),
-            share_step_pct: self.cfg.policy.mps_share_step_pct,
-            energy_weight: self.cfg.policy.energy_weight,
-        };
+        let params = ShareParams::of(self.cfg);
         match optimize(gpu, reference, &share_jobs, params) {
             Ok(plan) => (plan.clock, None),
             Err(ShareError::BoundViolated {
@@ -857,6 +865,20 @@ impl<'a> NodeHelper<'a> {
                     .and_then(|c| c.slowdown_bound)
                     .unwrap_or(self.cfg.policy.slowdown_bound)
             });
+            // Within the job's time limit (written for the slowest type its request allowed):
+            // no clock that would make it run longer here than alone there.
+            let bound = match (
+                class.as_deref().and_then(|c| self.cfg.class(c)),
+                job.limit_type.as_deref().and_then(|t| self.cfg.gpu_type(t)),
+            ) {
+                (Some(c), Some(slowest)) => bound.min(crate::policy::limit_cap(
+                    c,
+                    gpu_type,
+                    &self.cfg.gpu_types[slowest],
+                    &self.cfg.gpu_types[self.cfg.reference_gpu],
+                )),
+                _ => bound,
+            };
             run.st
                 .gpus
                 .get_mut(&g)
@@ -879,6 +901,7 @@ impl<'a> NodeHelper<'a> {
                     waits_for_uid: None,
                     mps_wait_s: 0.0,
                     outside_mps_beside_uid: None,
+                    demand_pct: job.demand_pct,
                 });
         }
         self.save(&mut run)?;
@@ -1255,6 +1278,8 @@ impl<'a> NodeHelper<'a> {
                 class: j.class.clone(),
                 gpu_type: None,
                 bound: Some(j.bound),
+                limit_type: None,
+                demand_pct: j.demand_pct,
             };
             self.epilog(&env)?;
             ended.push(id.clone());

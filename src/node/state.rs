@@ -57,6 +57,9 @@ pub struct JobOnGpu {
     /// "time-slice"`). It stays so until it ends, and never counts as the GPU's MPS user.
     #[serde(default)]
     pub outside_mps_beside_uid: Option<u32>,
+    /// What its user said it needs of a reference GPU (`SPANK_HESHARE_DEMAND_PCT`).
+    #[serde(default)]
+    pub demand_pct: Option<u8>,
 }
 
 /// A process the driver accounted work to, as last seen: whose job it is (decided while it ran,

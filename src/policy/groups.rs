@@ -151,6 +151,8 @@ mod tests {
 
     fn slot(node: usize, index: u32, gpu_type: usize) -> GpuSlot {
         GpuSlot {
+            power: crate::policy::SlotPower::Up,
+            node_gpus: 4,
             node: format!("n{node}"),
             index,
             gpu_type,

@@ -12,7 +12,7 @@ pub mod share;
 pub use groups::GpuGroups;
 pub use placement::{
     Candidate, ClusterView, Decision, EnergyPolicy, GpuSlot, JobRequest, PlaceContext, PlacedJob,
-    PlacementError, Plan, ShareRequest, place, place_slots, place_with,
+    PlacementError, Plan, ShareRequest, SlotPower, limit_cap, place, place_slots, place_with,
 };
 pub use queue::TypeQueue;
 pub use share::{ShareError, ShareJob, ShareParams, SharePlan, ShareSpec, optimize};

@@ -16,7 +16,7 @@ use super::queue::TypeQueue;
 use super::score::{self, energy_cost, time_cost};
 use super::share::{ShareError, ShareJob, ShareParams, SharePlan, ShareSpec, optimize};
 use crate::config::Config;
-use crate::model::{JobClass, JobKind, ModelParams, full_speed_share};
+use crate::model::{GpuType, JobClass, JobKind, alone_runtime, full_speed_share};
 use crate::units::{Joules, Seconds, SharePct};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -71,6 +71,10 @@ pub struct JobRequest {
     /// adjustment's yardstick. `None` is "auto" for one GPU, whole GPUs otherwise.
     #[serde(default)]
     pub reference_share: Option<ShareRequest>,
+    /// What the user said the job needs, as a percentage of a reference GPU (`--gres=mps:P` with
+    /// `--gpu-share=auto`): an inference job is sized for it instead of its class's demand.
+    #[serde(default)]
+    pub demand_pct: Option<u8>,
 }
 
 fn one() -> u32 {
@@ -89,6 +93,7 @@ impl JobRequest {
             energy_policy: None,
             time_limit_s: None,
             reference_share: None,
+            demand_pct: None,
         }
     }
 
@@ -118,6 +123,18 @@ pub struct PlacedJob {
     pub exclusive: bool,
 }
 
+/// Whether a GPU's node is up, and what starting a job there would cost if not (Slurm's power
+/// saving: a job Slurm starts on a powered-down node waits for it to boot).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub enum SlotPower {
+    #[default]
+    Up,
+    /// Booting already (for another job): the job waits for the boot, wakes nothing.
+    Booting,
+    /// Powered down: the job wakes the node, waits for its boot and keeps it on.
+    Down,
+}
+
 /// One GPU of the cluster view.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct GpuSlot {
@@ -127,6 +144,10 @@ pub struct GpuSlot {
     /// Index into `Config::gpu_types`.
     pub gpu_type: usize,
     pub jobs: Vec<PlacedJob>,
+    /// Its node's power state.
+    pub power: SlotPower,
+    /// GPUs on its node (what waking the node keeps on); 1 for a type-level slot.
+    pub node_gpus: u32,
 }
 
 /// What placement sees of the cluster.
@@ -149,6 +170,8 @@ impl ClusterView {
                     index: 0,
                     gpu_type: t,
                     jobs: vec![],
+                    power: SlotPower::Up,
+                    node_gpus: 1,
                 })
                 .collect(),
             queues: vec![],
@@ -179,8 +202,13 @@ pub struct Candidate {
     pub co_located_energy_penalty_j: f64,
     /// Progress (in seconds) the jobs already on the GPU lose while this job runs; in the score.
     pub co_located_time_penalty_s: f64,
-    /// Expected wait for a GPU of this type (0 when one can take the job now).
+    /// Expected wait for a GPU of this type (0 when one can take the job now), a node's boot
+    /// included.
     pub wait_s: f64,
+    /// Starting here wakes a powered-down node (its boot is in `wait_s`, the energy of keeping it
+    /// on in `predicted_energy_j`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub wakes_node: bool,
     pub score: f64,
 }
 
@@ -214,6 +242,10 @@ pub struct Decision {
     pub offered_share_pct: u8,
     /// Expected wait for the best type (0 when it has room now).
     pub wait_s: f64,
+    /// The type the job's time limit is taken to be written for (the slowest its request
+    /// allows): on every other type and clock its predicted runtime stays within the limit.
+    /// `None` without a limit.
+    pub limit_type: Option<String>,
     pub reason: String,
 }
 
@@ -381,16 +413,32 @@ struct Job<'a> {
     weight: f64,
     bound: f64,
     params: ShareParams,
-    /// The job's runtime relative to the class's nominal one (its time limit, when given).
+    /// The job's time limit, when given.
+    limit_s: Option<f64>,
+}
+
+/// How the job's time limit sizes it on a view: its runtime relative to the class's nominal one,
+/// and the type the limit is written for.
+#[derive(Debug, Clone, Copy)]
+struct Sizing {
     scale: f64,
+    /// The slowest allowed type present: the limit covers the job's runtime alone there at the
+    /// default clock, so the job keeps within it wherever it runs no slower than that.
+    slowest: Option<usize>,
+}
+
+/// How much slower than alone (default clock) a job of `class` may run on `gpu` and still finish
+/// within a time limit written for `slowest`: its runtime alone there over its runtime alone on
+/// `gpu`. Pure: the plugin, the node helper and the simulator cap a job's bound with it.
+pub fn limit_cap(class: &JobClass, gpu: &GpuType, slowest: &GpuType, reference: &GpuType) -> f64 {
+    alone_runtime(class, slowest, reference).0 / alone_runtime(class, gpu, reference).0.max(1e-9)
 }
 
 impl<'a> Job<'a> {
     fn new(cfg: &'a Config, req: &'a JobRequest) -> Result<Job<'a>, PlacementError> {
+        // Sized for the upper end of what a job of the class may need (`demand_margin`).
         let class = cfg
-            .classes
-            .iter()
-            .find(|c| c.name == req.class)
+            .class(&req.class)
             .ok_or_else(|| PlacementError::UnknownClass {
                 name: req.class.clone(),
                 known: cfg.class_names(),
@@ -414,26 +462,17 @@ impl<'a> Job<'a> {
         } else {
             class.slowdown_bound.unwrap_or(cfg.policy.slowdown_bound)
         };
-        let scale = req
-            .time_limit_s
-            .filter(|t| t.is_finite() && *t > 0.0)
-            .map_or(1.0, |t| t / class.reference_runtime_s);
+        let limit_s = req.time_limit_s.filter(|t| t.is_finite() && *t > 0.0);
         Ok(Job {
             req,
             class,
             allowed,
             weight,
             bound,
-            params: ShareParams {
-                model: ModelParams {
-                    contention_kappa: cfg.policy.contention_kappa,
-                },
-                share_step_pct: cfg.policy.mps_share_step_pct,
-                // The node helper sets the GPU's clock with the cluster's weight, whatever a
-                // job's own policy: predict the clock it will set.
-                energy_weight: cfg.policy.energy_weight,
-            },
-            scale,
+            // The node helper sets the GPU's clock with the cluster's weight, whatever a job's
+            // own policy: predict the clock it will set.
+            params: ShareParams::of(cfg),
+            limit_s,
         })
     }
 }
@@ -463,9 +502,9 @@ impl Rejections {
     }
 }
 
-/// GPUs that passed the filter, grouped by type and occupants (sorted), each group's GPUs in
-/// view order.
-type Groups<'v> = BTreeMap<(usize, Vec<&'v PlacedJob>), Vec<usize>>;
+/// GPUs that passed the filter, grouped by type, node power state and occupants (sorted), each
+/// group's GPUs in view order.
+type Groups<'v> = BTreeMap<(usize, SlotPower, Vec<&'v PlacedJob>), Vec<usize>>;
 
 /// Stage 1: every GPU through `slot_filter`; the ones that pass, grouped.
 fn filter_stage<'v>(
@@ -479,9 +518,11 @@ fn filter_stage<'v>(
     let mut idle: Vec<Vec<usize>> = vec![Vec::new(); cfg.gpu_types.len()];
     for (i, slot) in view.iter().enumerate() {
         match slot_filter(cfg, job.class, job.req, &job.allowed, slot) {
-            Ok(()) if slot.jobs.is_empty() => idle[slot.gpu_type].push(i),
+            Ok(()) if slot.jobs.is_empty() && slot.power == SlotPower::Up => {
+                idle[slot.gpu_type].push(i);
+            }
             Ok(()) => groups
-                .entry((slot.gpu_type, sorted_jobs(&slot.jobs)))
+                .entry((slot.gpu_type, slot.power, sorted_jobs(&slot.jobs)))
                 .or_default()
                 .push(i),
             Err(Some(why)) => rejections.add(&cfg.gpu_types[slot.gpu_type].name, || {
@@ -491,7 +532,7 @@ fn filter_stage<'v>(
         }
     }
     for (t, slots) in idle.into_iter().enumerate().filter(|(_, s)| !s.is_empty()) {
-        groups.insert((t, Vec::new()), slots);
+        groups.insert((t, SlotPower::Up, Vec::new()), slots);
     }
     groups
 }
@@ -507,11 +548,12 @@ fn plan_for(
     let mut rejections = Rejections::default();
     let groups = filter_stage(cfg, job, view, &mut rejections);
     let type_level = view.iter().all(|g| g.node.is_empty());
+    let sizing = sizing(cfg, job, view, queues);
 
     // Stage 2: evaluate each group, then each full type at the wait it implies.
     let mut raw: Vec<Candidate> = Vec::new();
     let mut usable = vec![false; cfg.gpu_types.len()];
-    for ((type_idx, jobs), slots) in &groups {
+    for ((type_idx, power, jobs), slots) in &groups {
         let place = if job.req.gpus > 1 {
             match whole_gpus_on_one_node(view, slots, job.req.gpus, type_level) {
                 Some(p) => p,
@@ -531,13 +573,18 @@ fn plan_for(
             }
         };
         let before = raw.len();
+        let node_gpus = view[slots[0]].node_gpus;
+        let margins = queues
+            .get(*type_idx)
+            .map_or(1.0, |q| q.margins(cfg.policy.no_margin_backlog));
         evaluate(
             cfg,
             job,
+            (sizing, margins),
             *type_idx,
             jobs,
             place,
-            0.0,
+            (0.0, *power, node_gpus),
             ctx,
             &mut rejections,
             &mut raw,
@@ -556,10 +603,11 @@ fn plan_for(
             Some(wait) => evaluate(
                 cfg,
                 job,
+                (sizing, q.margins(cfg.policy.no_margin_backlog)),
                 t,
                 &[],
                 (None, vec![]),
-                wait,
+                (wait, SlotPower::Up, 1),
                 ctx,
                 &mut rejections,
                 &mut raw,
@@ -581,7 +629,8 @@ fn plan_for(
     score::rank(&mut raw);
 
     // Stage 4: decide.
-    let decision = decide(cfg, &raw, job, ctx.quiet);
+    let mut decision = decide(cfg, &raw, job, ctx.quiet);
+    decision.limit_type = sizing.slowest.map(|t| cfg.gpu_types[t].name.clone());
     Ok(Plan {
         decision,
         candidates: raw,
@@ -594,16 +643,51 @@ fn plan_for(
 fn evaluate(
     cfg: &Config,
     job: &Job<'_>,
+    (sizing, margins): (Sizing, f64),
     type_idx: usize,
     jobs: &[&PlacedJob],
     (node, indices): (Option<String>, Vec<u32>),
-    wait_s: f64,
+    (wait_s, power, node_gpus): (f64, SlotPower, u32),
     ctx: &mut PlaceContext,
     rejections: &mut Rejections,
     out: &mut Vec<Candidate>,
 ) {
     let gpu = &cfg.gpu_types[type_idx];
     let reference = &cfg.gpu_types[cfg.reference_gpu];
+    // Sized for this type: larger where the catalog's speed here is not measured.
+    let class = cfg
+        .class_on(&job.req.class, job.req.demand_pct, gpu, margins)
+        .unwrap_or(job.class);
+    // Within its time limit: no slower here than alone on the type the limit is written for.
+    let cap = sizing
+        .slowest
+        .map(|s| limit_cap(class, gpu, &cfg.gpu_types[s], reference));
+    if let (Some(c), Some(limit)) = (cap, job.limit_s) {
+        if c < 1.0 - 1e-9 {
+            rejections.add(&gpu.name, || {
+                format!(
+                    "would need {} of its {} time limit even alone at full clock",
+                    Seconds(limit / c),
+                    Seconds(limit)
+                )
+            });
+            return;
+        }
+    }
+    let bound = cap.map_or(job.bound, |c| job.bound.min(c));
+    // Slurm's power saving: waking a node costs its boot (a wait) and keeps it on, idle GPUs
+    // and host, for the boot and at least SuspendTime after.
+    let (boot_s, wake_j) = match power {
+        SlotPower::Up => (0.0, 0.0),
+        SlotPower::Booting => (cfg.power.resume_s, 0.0),
+        SlotPower::Down => (
+            cfg.power.resume_s,
+            (gpu.idle_power.0 + gpu.host_power.0)
+                * f64::from(node_gpus.max(1))
+                * (cfg.power.resume_s + cfg.power.suspend_time_s.unwrap_or(0.0)),
+        ),
+    };
+    let wait_s = wait_s + boot_s;
     let occupied = !jobs.is_empty();
     let mut users = UserIds::default();
     let new_user = users.id(&job.req.user);
@@ -626,8 +710,10 @@ fn evaluate(
                 if !occupied {
                     options.push((ShareSpec::Fixed(SharePct::FULL), true));
                 }
-                let full = full_speed_share(job.class, gpu, reference, job.params.share_step_pct);
-                if gpu.mps && (occupied || full < SharePct::FULL) {
+                let full = full_speed_share(class, gpu, reference, job.params.share_step_pct);
+                // A share that leaves less than a fifth of the GPU buys little room for others
+                // and loses what the job may need beyond its estimate: a whole GPU instead.
+                if gpu.mps && (occupied || full.get() <= cfg.policy.max_auto_share_pct) {
                     options.push((ShareSpec::Auto, false));
                 }
             }
@@ -635,6 +721,9 @@ fn evaluate(
     }
     let existing: Vec<ShareJob<'_>> = jobs
         .iter()
+        // Jobs already there are predicted with their class as it stands (their share is
+        // theirs; sizing them for the upper end of their need would turn down every neighbour
+        // of a job whose share was sized before); the newcomer is sized for its own upper end.
         .map(|j| ShareJob {
             class: &cfg.classes[j.class],
             share: ShareSpec::Fixed(j.share),
@@ -644,15 +733,16 @@ fn evaluate(
                 .unwrap_or(cfg.policy.slowdown_bound),
         })
         .collect();
+    let host_w = gpu.host_power.0;
     // What the jobs already there do without the newcomer, at the clock they would get.
     let before = occupied.then(|| ctx.optimize(cfg, type_idx, &existing, job.params));
     for (spec, exclusive) in options {
         let mut all = existing.clone();
         all.push(ShareJob {
-            class: job.class,
+            class,
             share: spec,
             user: new_user,
-            bound: job.bound,
+            bound,
         });
         let planned = ctx.optimize(cfg, type_idx, &all, job.params);
         let plan = match planned.as_ref() {
@@ -665,17 +755,40 @@ fn evaluate(
         let me = plan.prediction.jobs.len() - 1;
         let mine = &plan.prediction.jobs[me];
         let horizon = mine.runtime.0;
-        // Progress the others lose while the newcomer runs, priced at their power.
+        // What a job's power costs at the meter: with power saving, all of it and the host it
+        // keeps on (the GPU's part of the node, split among the GPU's jobs by share, as its
+        // idle power is); always on, the power above idle.
+        let total_share: f64 = plan.shares.iter().map(|x| x.fraction()).sum();
+        let metered = |power: f64, part: f64| {
+            let of_gpu = part / total_share.max(1e-9);
+            if job.params.static_power {
+                power + host_w * of_gpu
+            } else {
+                (power - gpu.idle_power.0 * of_gpu).max(0.0)
+            }
+        };
+        let my_part = if exclusive {
+            1.0
+        } else {
+            plan.shares[me].fraction()
+        };
+        // Progress the others lose while the newcomer runs, priced at their power and host part.
         let (mut penalty_e, mut penalty_t) = (0.0, 0.0);
         if let Some(Ok(b)) = before.as_deref() {
             // `zip` stops at the shorter list: the newcomer (last) has no "without".
-            for (with, without) in plan.prediction.jobs.iter().zip(&b.prediction.jobs) {
+            for ((with, without), share) in plan
+                .prediction
+                .jobs
+                .iter()
+                .zip(&b.prediction.jobs)
+                .zip(&plan.shares)
+            {
                 let lost = (1.0 - without.runtime.0 / with.runtime.0).max(0.0);
-                penalty_e += with.power.0 * horizon * lost;
+                penalty_e += metered(with.power.0, share.fraction()) * horizon * lost;
                 penalty_t += horizon * lost;
             }
         }
-        let s = job.scale;
+        let s = sizing.scale;
         out.push(Candidate {
             gpu_type: gpu.name.clone(),
             node: node.clone(),
@@ -691,11 +804,16 @@ fn evaluate(
             default_sm_clock_mhz: plan.at_default_clock.clock.0,
             co_located_jobs: jobs.len(),
             predicted_runtime_s: mine.runtime.0 * s,
-            predicted_energy_j: mine.energy().0 * f64::from(gpus) * s,
+            predicted_energy_j: metered(mine.power.0, my_part)
+                * mine.runtime.0
+                * f64::from(gpus)
+                * s
+                + wake_j,
             slowdown: mine.slowdown,
             co_located_energy_penalty_j: penalty_e * s,
             co_located_time_penalty_s: penalty_t * s,
             wait_s,
+            wakes_node: power == SlotPower::Down,
             score: 0.0,
         });
     }
@@ -739,7 +857,52 @@ fn decide(cfg: &Config, cands: &[Candidate], job: &Job<'_>, quiet: bool) -> Deci
         offered: offered.iter().map(|c| c.gpu_type.clone()).collect(),
         offered_share_pct,
         wait_s: best.wait_s,
+        limit_type: None,
         reason,
+    }
+}
+
+/// How the job's time limit sizes it (see [`Sizing`]): the limit is taken as its runtime alone
+/// at the default clock on the slowest type its request allows among those in the view (what
+/// plain Slurm could give it), so the class's nominal runtime scales to it there.
+fn sizing(cfg: &Config, job: &Job<'_>, view: &[&GpuSlot], queues: &[TypeQueue]) -> Sizing {
+    let Some(limit) = job.limit_s else {
+        return Sizing {
+            scale: 1.0,
+            slowest: None,
+        };
+    };
+    let reference = &cfg.gpu_types[cfg.reference_gpu];
+    let mut present = vec![false; cfg.gpu_types.len()];
+    for s in view {
+        present[s.gpu_type] = true;
+    }
+    for (t, q) in queues.iter().enumerate().take(present.len()) {
+        present[t] |= q.total_gpus > 0;
+    }
+    // The site's convention: limits written for one type, or for the slowest the job allows.
+    let slowest = cfg.gpu_type(&cfg.policy.limit_type).or_else(|| {
+        (0..cfg.gpu_types.len())
+            .filter(|&t| present[t] && job.allowed[t])
+            .max_by(|&a, &b| {
+                alone_runtime(job.class, &cfg.gpu_types[a], reference)
+                    .0
+                    .total_cmp(&alone_runtime(job.class, &cfg.gpu_types[b], reference).0)
+                    .then(b.cmp(&a))
+            })
+    });
+    match slowest {
+        Some(t) => Sizing {
+            scale: limit
+                / alone_runtime(job.class, &cfg.gpu_types[t], reference)
+                    .0
+                    .max(1e-9),
+            slowest: Some(t),
+        },
+        None => Sizing {
+            scale: limit / job.class.reference_runtime_s.max(1e-9),
+            slowest: None,
+        },
     }
 }
 
@@ -860,6 +1023,9 @@ fn explain(cands: &[Candidate], offered: &[&Candidate], job: &Job<'_>) -> String
         Seconds(best.predicted_runtime_s),
         best.slowdown
     );
+    if best.wakes_node {
+        reason.push_str(", waking a powered-down node");
+    }
     if best.wait_s > 0.0 {
         reason.push_str(&format!(" after an expected {} wait", Seconds(best.wait_s)));
         if let Some(now) = cands.iter().find(|c| c.wait_s == 0.0) {
@@ -986,5 +1152,188 @@ impl UserIds {
     fn id(&mut self, name: &str) -> u32 {
         let next = u32::try_from(self.0.len()).unwrap_or(u32::MAX);
         *self.0.entry(name.to_owned()).or_insert(next)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::BUNDLED_CONFIG;
+    use std::path::Path;
+
+    fn cfg() -> Config {
+        Config::parse(BUNDLED_CONFIG, Path::new("h.toml")).expect("valid")
+    }
+
+    /// One idle GPU of each named type, each on an 8-GPU node of its own in `power`.
+    fn view(cfg: &Config, types: &[(&str, SlotPower)]) -> ClusterView {
+        ClusterView {
+            gpus: types
+                .iter()
+                .map(|&(t, power)| GpuSlot {
+                    node: format!("n-{t}"),
+                    index: 0,
+                    gpu_type: cfg.gpu_type(t).expect("type"),
+                    jobs: vec![],
+                    power,
+                    node_gpus: 8,
+                })
+                .collect(),
+            queues: vec![],
+        }
+    }
+
+    fn candidate<'p>(plan: &'p Plan, t: &str) -> Option<&'p Candidate> {
+        plan.candidates.iter().find(|c| c.gpu_type == t)
+    }
+
+    /// Issue 16: the time limit is taken as the job's runtime on the slowest type its request
+    /// allows; on no type may heshare's plan make it run longer than that.
+    #[test]
+    fn no_candidate_runs_past_the_time_limit() {
+        // A balanced weight, at which the node helper would clock a lone bert job down.
+        let mut cfg = cfg();
+        cfg.policy.energy_weight = 0.5;
+        let v = view(
+            &cfg,
+            &[
+                ("t4", SlotPower::Up),
+                ("v100m16", SlotPower::Up),
+                ("a100", SlotPower::Up),
+            ],
+        );
+        let req = JobRequest {
+            time_limit_s: Some(4.0 * 3600.0),
+            share: ShareRequest::Exclusive,
+            ..JobRequest::new("bert-train")
+        };
+        let plan = place(&cfg, &v, &req).expect("placed");
+        assert_eq!(plan.decision.limit_type.as_deref(), Some("t4"));
+        for c in &plan.candidates {
+            assert!(
+                c.predicted_runtime_s <= 4.0 * 3600.0 * (1.0 + 1e-9),
+                "{} runs {} s",
+                c.gpu_type,
+                c.predicted_runtime_s
+            );
+        }
+        // On the slowest type itself the limit leaves no room to clock down: where it is the
+        // only one, the job keeps its default clock, which without a limit it would not.
+        let a100 = view(&cfg, &[("a100", SlotPower::Up)]);
+        let limited = place(&cfg, &a100, &req).expect("placed");
+        assert_eq!(limited.decision.limit_type.as_deref(), Some("a100"));
+        let c = &limited.candidates[0];
+        assert_eq!(c.sm_clock_mhz, c.default_sm_clock_mhz);
+        let free = place(
+            &cfg,
+            &a100,
+            &JobRequest {
+                time_limit_s: None,
+                ..req.clone()
+            },
+        )
+        .expect("placed");
+        assert!(free.decision.limit_type.is_none());
+        assert!(free.candidates[0].sm_clock_mhz < free.candidates[0].default_sm_clock_mhz);
+    }
+
+    /// With limits written for one type (`policy.limit_type`), a slower type is never offered to
+    /// a job with a limit, and the reason says why.
+    #[test]
+    fn a_site_that_writes_limits_for_one_type_never_sends_a_job_to_a_slower_one() {
+        let mut cfg = cfg();
+        cfg.policy.limit_type = "v100m16".into();
+        let v = view(&cfg, &[("t4", SlotPower::Up), ("v100m16", SlotPower::Up)]);
+        let limited = JobRequest {
+            time_limit_s: Some(3600.0),
+            share: ShareRequest::Exclusive,
+            ..JobRequest::new("bert-train")
+        };
+        let plan = place(&cfg, &v, &limited).expect("placed");
+        assert!(candidate(&plan, "t4").is_none(), "{:?}", plan.candidates);
+        assert_eq!(plan.decision.gpu_type, "v100m16");
+        let only_t4 = view(&cfg, &[("t4", SlotPower::Up)]);
+        let err = place(&cfg, &only_t4, &limited).expect_err("nothing can run it in time");
+        assert!(
+            err.to_string().contains("t4: would need") && err.to_string().contains("time limit"),
+            "{err}"
+        );
+    }
+
+    /// Slurm's power saving: a GPU on a powered-down node costs its boot as a wait and its
+    /// node's idle draw over the boot and SuspendTime as energy; an awake GPU of the same type is
+    /// preferred.
+    #[test]
+    fn waking_a_node_costs_its_boot_and_its_idle_tail() {
+        let mut cfg = cfg();
+        cfg.power.resume_s = 300.0;
+        cfg.power.suspend_time_s = Some(600.0);
+        let req = JobRequest {
+            share: ShareRequest::Exclusive,
+            ..JobRequest::new("resnet50-train")
+        };
+        let up = place(&cfg, &view(&cfg, &[("a100", SlotPower::Up)]), &req).expect("up");
+        let down = place(&cfg, &view(&cfg, &[("a100", SlotPower::Down)]), &req).expect("down");
+        let (u, d) = (&up.candidates[0], &down.candidates[0]);
+        assert!(d.wakes_node && !u.wakes_node);
+        assert!((d.wait_s - u.wait_s - 300.0).abs() < 1e-9);
+        let a100 = &cfg.gpu_types[cfg.gpu_type("a100").expect("a100")];
+        let tail = (a100.idle_power.0 + a100.host_power.0) * 8.0 * 900.0;
+        assert!(
+            (d.predicted_energy_j - u.predicted_energy_j - tail).abs() < 1e-6 * tail,
+            "{} vs {}",
+            d.predicted_energy_j,
+            u.predicted_energy_j
+        );
+        assert!(down.decision.reason.contains("waking a powered-down node"));
+        // Both in one view: the awake one wins.
+        let mut both = view(&cfg, &[("a100", SlotPower::Down)]);
+        both.gpus.push(GpuSlot {
+            node: "n-awake".into(),
+            ..view(&cfg, &[("a100", SlotPower::Up)]).gpus[0].clone()
+        });
+        let plan = place(&cfg, &both, &req).expect("placed");
+        assert_eq!(plan.decision.node.as_deref(), Some("n-awake"));
+    }
+
+    /// The energy heshare weighs is what the facility pays: with power saving the host a job
+    /// keeps on is in it (for a whole GPU all of its part of the node); always on, the host and
+    /// the GPU's idle power are spent anyway and only the power above idle counts.
+    #[test]
+    fn predicted_energy_counts_the_host_the_job_keeps_on() {
+        let mut base = cfg();
+        let always_on = base.clone();
+        base.power.suspend_time_s = Some(600.0);
+        let mut hosted = base.clone();
+        let a100 = hosted.gpu_type("a100").expect("a100");
+        hosted.gpu_types[a100].host_power = crate::units::Watts(1000.0);
+        let v = |c: &Config| view(c, &[("a100", SlotPower::Up)]);
+        let req = JobRequest {
+            share: ShareRequest::Exclusive,
+            ..JobRequest::new("bert-train")
+        };
+        let cold = place(&base, &v(&base), &req).expect("placed").decision;
+        let hot = place(&hosted, &v(&hosted), &req).expect("placed").decision;
+        let base_host = base.gpu_types[a100].host_power.0;
+        assert!(
+            hot.predicted_energy_j
+                > cold.predicted_energy_j + (1000.0 - base_host) * 0.9 * hot.predicted_runtime_s,
+            "{} vs {}",
+            hot.predicted_energy_j,
+            cold.predicted_energy_j
+        );
+        // A kilowatt of host per GPU makes the slower clock cost more than it saves.
+        assert!(hot.sm_clock_mhz >= cold.sm_clock_mhz);
+        let on = place(&always_on, &v(&always_on), &req)
+            .expect("placed")
+            .decision;
+        let a = &always_on.gpu_types[a100];
+        assert!(
+            on.predicted_energy_j
+                < cold.predicted_energy_j - a.idle_power.0 * 0.9 * on.predicted_runtime_s,
+            "always on, idle and host are not the job's: {} vs {}",
+            on.predicted_energy_j,
+            cold.predicted_energy_j
+        );
     }
 }

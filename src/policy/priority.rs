@@ -42,7 +42,9 @@ mod tests {
 
     #[test]
     fn defaults_cost_nothing_and_waste_moves_a_job_back() {
-        let cfg = cfg();
+        // The yardstick works at any weight; at a balanced one performance costs visibly more.
+        let mut cfg = cfg();
+        cfg.policy.energy_weight = 0.5;
         let view = ClusterView::idle_types(&cfg);
         for c in &cfg.classes {
             let plan = place(&cfg, &view, &JobRequest::new(&c.name)).expect("placed");

@@ -5,6 +5,10 @@
 //! jobs' mean slowdown `T`. At `w = 1` it is the least energy within the bound (the HeShare
 //! paper's rule), at 0.5 the energy-delay product, at 0 the fastest clock.
 //!
+//! The energy is what the decision costs at the facility's meter: where Slurm's power saving
+//! would power idle nodes down, the GPU's idle power and the host power it keeps on (the
+//! catalog's `host_power_w`) count; where every node is always on, only the power above idle.
+//!
 //! Shares are chosen first, at the default clock: a job asking for "auto" gets the share with
 //! which it runs at full speed, shrunk towards the least share that keeps its bound when the GPU
 //! is crowded. The clock is then searched over every supported step, so the default clock with
@@ -69,15 +73,50 @@ pub struct ShareParams {
     pub share_step_pct: u8,
     /// The cluster's energy weight (policy.energy_weight): how the clock trades time for energy.
     pub energy_weight: f64,
+    /// Whether the GPU's idle power and the host it keeps on are part of what a decision costs:
+    /// where Slurm's power saving powers idle nodes down (`[power] suspend_time_s`), holding a
+    /// GPU longer keeps them on; where every node is always on, they are spent anyway and only
+    /// the power above idle is the decision's.
+    pub static_power: bool,
+}
+
+impl ShareParams {
+    /// The site's parameters from its configuration.
+    pub fn of(cfg: &crate::config::Config) -> ShareParams {
+        ShareParams {
+            model: ModelParams::of(cfg),
+            share_step_pct: cfg.policy.mps_share_step_pct,
+            energy_weight: cfg.policy.energy_weight,
+            static_power: cfg.power.suspend_time_s.is_some(),
+        }
+    }
 }
 
 /// The clock's cost for `p`: energy per unit of progress to the power `w`, times the jobs' mean
-/// slowdown to the power `1 - w`.
-pub fn clock_cost(p: &GpuPrediction, energy_weight: f64) -> f64 {
+/// slowdown to the power `1 - w`. The energy is what the facility pays while the GPU works: its
+/// own power and `host_w`, the host power the GPU keeps on (a slower clock keeps it on longer,
+/// which is why the best clock moves up as host power grows: race to idle).
+pub fn clock_cost(p: &GpuPrediction, energy_weight: f64, static_w: f64, idle_w: f64) -> f64 {
     let w = energy_weight.clamp(0.0, 1.0);
     #[allow(clippy::cast_precision_loss)]
     let slowdown = p.jobs.iter().map(|j| j.slowdown).sum::<f64>() / p.jobs.len().max(1) as f64;
-    p.energy_per_progress().powf(w) * slowdown.max(1e-12).powf(1.0 - w)
+    let progress: f64 = p.jobs.iter().map(|j| 1.0 / j.slowdown).sum();
+    let energy = if progress > 0.0 {
+        ((p.power.0 - idle_w).max(0.0) + static_w.max(0.0)) / progress
+    } else {
+        f64::INFINITY
+    };
+    energy.powf(w) * slowdown.max(1e-12).powf(1.0 - w)
+}
+
+/// The static power (GPU idle and the host part) that counts in `gpu`'s clock cost under
+/// `params`: `(static_w, idle_w)` for [`clock_cost`].
+pub fn static_of(gpu: &GpuType, params: ShareParams) -> (f64, f64) {
+    if params.static_power {
+        (gpu.idle_power.0 + gpu.host_power.0, gpu.idle_power.0)
+    } else {
+        (0.0, gpu.idle_power.0)
+    }
 }
 
 const BOUND_SLACK: f64 = 1e-9;
@@ -118,7 +157,8 @@ pub fn optimize(
             // Slowdowns only grow as the clock falls: every lower clock fails too.
             break;
         }
-        let j = clock_cost(&p, params.energy_weight);
+        let (static_w, idle_w) = static_of(gpu, params);
+        let j = clock_cost(&p, params.energy_weight, static_w, idle_w);
         if best.as_ref().is_none_or(|(bj, _)| j < *bj) {
             best = Some((j, p));
         }
@@ -221,14 +261,17 @@ fn least_share_within_bound(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::GpuType;
     use crate::model::tests::{gpu, inference, training};
 
     const PARAMS: ShareParams = ShareParams {
         model: ModelParams {
             contention_kappa: 0.33,
+            time_slice_efficiency: 0.8,
         },
         share_step_pct: 5,
         energy_weight: 1.0,
+        static_power: true,
     };
 
     fn job(class: &JobClass, share: ShareSpec) -> ShareJob<'_> {
@@ -297,6 +340,30 @@ mod tests {
         assert_eq!(
             optimize(&g, &g, &over, PARAMS),
             Err(ShareError::OverCommitted(110))
+        );
+    }
+
+    /// With the host's power counted, a slower clock keeps the host on longer: the least-energy
+    /// clock moves up (race to idle), and with enough host power it is the default.
+    #[test]
+    fn host_power_moves_the_clock_towards_race_to_idle() {
+        let c = training("t");
+        let clock = |host: f64| {
+            let g = GpuType {
+                host_power: crate::units::Watts(host),
+                ..gpu("v100", 1.0, 30.0, 300.0)
+            };
+            optimize(&g, &g, &[job(&c, ShareSpec::Auto)], PARAMS)
+                .expect("feasible")
+                .clock
+        };
+        let (none, some, lots) = (clock(0.0), clock(100.0), clock(2000.0));
+        assert!(none < some, "{none} vs {some}");
+        assert!(some <= lots, "{some} vs {lots}");
+        let g = gpu("v100", 1.0, 30.0, 300.0);
+        assert!(
+            lots >= Mhz(g.default_sm_clock.0 - 100),
+            "a host of 2 kW per GPU leaves no reason to slow down: {lots}"
         );
     }
 

@@ -362,10 +362,15 @@ pub struct RunMetrics {
     pub killed_by_sharing_or_clock: usize,
     /// GPU energy the killed jobs drew (their work was lost).
     pub killed_gpu_energy_j: f64,
+    /// Which jobs were killed (indices), for comparing runs of the same jobs.
+    pub killed_jobs: Vec<usize>,
     /// The facility meter, to be closed at a horizon at or after the run's end.
     pub meter: EnergyMeter,
     /// JCT of every finished job (submit to finish, boot waits included).
     pub jct_s: Vec<f64>,
+    /// JCT of every job that started: a killed one counted until it was killed plus a rerun of
+    /// its work alone on the type it had at the default clock (what its user waits at least).
+    pub jct_all_s: Vec<f64>,
     /// Mean wait (submit to start) and mean run (start to finish) of the finished jobs.
     pub mean_wait_s: f64,
     pub mean_run_s: f64,
@@ -420,6 +425,8 @@ pub fn build_state<'a>(
                 index,
                 gpu_type: t,
                 jobs: vec![],
+                power: crate::policy::SlotPower::Up,
+                node_gpus: n.gpus,
             });
         }
         sim_nodes.push(SimNode {
@@ -443,9 +450,7 @@ pub fn build_state<'a>(
     }
     State {
         cfg,
-        params: ModelParams {
-            contention_kappa: cfg.policy.contention_kappa,
-        },
+        params: ModelParams::of(cfg),
         nodes: sim_nodes,
         gpus,
         jobs,
@@ -1108,6 +1113,13 @@ fn close(st: &mut State<'_>, world: &World, r: Run<'_>, makespan: f64) -> RunMet
         killed: st.jobs.iter().filter(|j| j.killed_s.is_some()).count(),
         killed_by_sharing_or_clock: 0,
         killed_gpu_energy_j,
+        killed_jobs: st
+            .jobs
+            .iter()
+            .enumerate()
+            .filter(|(_, j)| j.killed_s.is_some())
+            .map(|(k, _)| k)
+            .collect(),
         resumes: meter.resumes(),
         meter,
         jct_s: st
@@ -1115,6 +1127,7 @@ fn close(st: &mut State<'_>, world: &World, r: Run<'_>, makespan: f64) -> RunMet
             .iter()
             .filter_map(|j| j.finish_s.map(|f| f - j.submit_s))
             .collect(),
+        jct_all_s: Vec::new(),
         mean_wait_s: 0.0,
         mean_run_s: 0.0,
         makespan_s: end,
@@ -1148,12 +1161,14 @@ fn close(st: &mut State<'_>, world: &World, r: Run<'_>, makespan: f64) -> RunMet
         let t = st.gpus[j.gpus[0]].gpu_type;
         let real_rate = world.alone_rate(j.class, &j.truth, t);
         let alone = j.work_s / real_rate.max(1e-12);
-        if j.killed_s.is_some() {
+        if let Some(k) = j.killed_s {
             if alone <= j.limit_s {
                 m.killed_by_sharing_or_clock += 1;
             }
+            m.jct_all_s.push(k - j.submit_s + alone);
             continue;
         }
+        m.jct_all_s.push(f - j.submit_s);
         let class = &st.cfg.classes[j.class];
         let gt = &st.cfg.gpu_types[t];
         let bound = class.slowdown_bound.unwrap_or(st.cfg.policy.slowdown_bound);

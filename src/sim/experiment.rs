@@ -69,6 +69,9 @@ pub struct SeedRun {
     /// co-location killed (they would have finished alone on their type at its default clock).
     pub killed: usize,
     pub killed_by_sharing_or_clock: usize,
+    /// Killed here, though plain Slurm given the same requests (the slurm-mps run of the seed)
+    /// finished them: the kills this scheduler's own choices caused. `None` without that run.
+    pub killed_not_by_plain_slurm: Option<usize>,
     /// The facility meter: every node at the wall, awake or suspended, over the horizon.
     pub facility_kwh: f64,
     /// The same if no node were ever suspended.
@@ -83,7 +86,10 @@ pub struct SeedRun {
     /// Facility energy per finished job.
     pub energy_per_job_kj: f64,
     pub gpu_energy_per_job_kj: f64,
+    /// Over every job that started, a killed one with its rerun (see `RunMetrics::jct_all_s`).
     pub mean_jct_s: f64,
+    /// Over the finished jobs only.
+    pub mean_jct_finished_s: f64,
     pub mean_wait_s: f64,
     pub mean_run_s: f64,
     pub p99_jct_s: f64,
@@ -111,6 +117,7 @@ pub struct PolicyRow {
     pub unfinished: usize,
     pub killed: usize,
     pub killed_by_sharing_or_clock: usize,
+    pub killed_not_by_plain_slurm: Option<usize>,
     pub facility_kwh: f64,
     pub facility_always_on_kwh: f64,
     pub gpu_kwh: f64,
@@ -119,6 +126,7 @@ pub struct PolicyRow {
     pub energy_per_job_kj: f64,
     pub gpu_energy_per_job_kj: f64,
     pub mean_jct_s: f64,
+    pub mean_jct_finished_s: f64,
     pub mean_wait_s: f64,
     pub mean_run_s: f64,
     pub p50_jct_s: f64,
@@ -219,6 +227,13 @@ pub fn run(
         }
     }
     let world = World::new(cfg);
+    // The site's heshare.toml mirrors its slurm.conf's power saving, as check-config asks.
+    let mut site = cfg.clone();
+    site.power = crate::config::PowerSettings {
+        resume_s: spec.saving.resume_s,
+        suspend_time_s: spec.saving.suspend_time_s,
+    };
+    let cfg = &site;
     let gpus: usize = nodes.iter().map(|n| n.gpus as usize).sum();
     let mut present: Vec<usize> = nodes.iter().filter_map(|n| n.gpu_type).collect();
     present.sort_unstable();
@@ -315,6 +330,12 @@ fn summarise(
             .map(|d| d.metrics.makespan_s)
             .fold(0.0, f64::max)
     };
+    // The kills plain Slurm had with the same requests, per seed (sorted job indices).
+    let plain = |seed: u64| {
+        done.iter()
+            .find(|d| d.seed == seed && spec.policies[d.policy] == "slurm-mps")
+            .map(|d| d.metrics.killed_jobs.clone())
+    };
     let bound = |seed: u64| {
         done.iter()
             .filter(|d| d.seed == seed)
@@ -326,10 +347,10 @@ fn summarise(
         let m = &d.metrics;
         let h = horizon(d.seed);
         let e = m.energy_until(h);
-        let mut jct = m.jct_s.clone();
+        let mut jct = m.jct_all_s.clone();
         jct.sort_by(f64::total_cmp);
         #[allow(clippy::cast_precision_loss)]
-        let finished = jct.len().max(1) as f64;
+        let finished = m.jct_s.len().max(1) as f64;
         #[allow(clippy::cast_precision_loss)]
         runs.push(SeedRun {
             policy: spec.policies[d.policy].clone(),
@@ -339,6 +360,12 @@ fn summarise(
             unfinished: m.unfinished,
             killed: m.killed,
             killed_by_sharing_or_clock: m.killed_by_sharing_or_clock,
+            killed_not_by_plain_slurm: plain(d.seed).map(|p| {
+                m.killed_jobs
+                    .iter()
+                    .filter(|j| p.binary_search(j).is_err())
+                    .count()
+            }),
             facility_kwh: e.facility_j / 3.6e6,
             facility_always_on_kwh: e.always_on_j / 3.6e6,
             gpu_kwh: e.gpu_j / 3.6e6,
@@ -347,7 +374,9 @@ fn summarise(
             killed_gpu_kwh: m.killed_gpu_energy_j / 3.6e6,
             energy_per_job_kj: e.facility_j / finished / 1e3,
             gpu_energy_per_job_kj: e.gpu_j / finished / 1e3,
-            mean_jct_s: jct.iter().sum::<f64>() / finished,
+            #[allow(clippy::cast_precision_loss)]
+            mean_jct_s: jct.iter().sum::<f64>() / jct.len().max(1) as f64,
+            mean_jct_finished_s: m.jct_s.iter().sum::<f64>() / finished,
             mean_wait_s: m.mean_wait_s,
             mean_run_s: m.mean_run_s,
             p99_jct_s: percentile(&jct, 0.99),
@@ -379,6 +408,10 @@ fn summarise(
             unfinished: rs.iter().map(|r| r.unfinished).sum(),
             killed: rs.iter().map(|r| r.killed).sum(),
             killed_by_sharing_or_clock: rs.iter().map(|r| r.killed_by_sharing_or_clock).sum(),
+            killed_not_by_plain_slurm: rs
+                .iter()
+                .map(|r| r.killed_not_by_plain_slurm)
+                .sum::<Option<usize>>(),
             facility_kwh: mean(&|r| r.facility_kwh),
             facility_always_on_kwh: mean(&|r| r.facility_always_on_kwh),
             gpu_kwh: mean(&|r| r.gpu_kwh),
@@ -387,6 +420,7 @@ fn summarise(
             energy_per_job_kj: mean(&|r| r.energy_per_job_kj),
             gpu_energy_per_job_kj: mean(&|r| r.gpu_energy_per_job_kj),
             mean_jct_s: jct.iter().sum::<f64>() / jct.len().max(1) as f64,
+            mean_jct_finished_s: mean(&|r| r.mean_jct_finished_s),
             mean_wait_s: mean(&|r| r.mean_wait_s),
             mean_run_s: mean(&|r| r.mean_run_s),
             p50_jct_s: percentile(&jct, 0.5),

@@ -87,6 +87,20 @@ pub fn pwr_cpu(gpu_type: &str) -> (f64, f64, f64) {
         .unwrap_or((15.0, 120.0, 16.0))
 }
 
+/// PWR's GPU row for a catalog GPU type (idle W, full W), where its table has the model (T4,
+/// A10, P100, V100M16, V100M32, A100).
+pub fn pwr_gpu(gpu_type: &str) -> Option<(f64, f64)> {
+    PWR_CPU
+        .lines()
+        .filter(|l| l.starts_with("gpu,"))
+        .find_map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            f.get(1)
+                .is_some_and(|m| m.eq_ignore_ascii_case(gpu_type))
+                .then(|| Some((f.get(2)?.parse().ok()?, f.get(3)?.parse().ok()?)))?
+        })
+}
+
 /// How the host of each node is charged.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum HostSpec {

@@ -42,7 +42,7 @@
 //!   maximum), fixed per type name: a figure the predictor does not share.
 
 use crate::config::Config;
-use crate::model::JobKind;
+use crate::model::{JobKind, max_min_fair};
 use crate::units::SharePct;
 use std::collections::BTreeMap;
 
@@ -366,31 +366,6 @@ struct Group {
     busy: f64,
     /// The share of GPU time the server's context keeps busy.
     time: f64,
-}
-
-/// Max-min fair division of `capacity` among demands `needs` (water filling).
-fn max_min_fair(needs: &[f64], capacity: f64) -> Vec<f64> {
-    let mut got = vec![0.0; needs.len()];
-    let mut open: Vec<usize> = (0..needs.len()).filter(|&i| needs[i] > 0.0).collect();
-    let mut left = capacity;
-    while !open.is_empty() {
-        #[allow(clippy::cast_precision_loss)]
-        let level = left / open.len() as f64;
-        let (full, rest): (Vec<usize>, Vec<usize>) =
-            open.iter().partition(|&&i| needs[i] - got[i] <= level);
-        if full.is_empty() {
-            for &i in &rest {
-                got[i] += level;
-            }
-            break;
-        }
-        for &i in &full {
-            left -= needs[i] - got[i];
-            got[i] = needs[i];
-        }
-        open = rest;
-    }
-    got
 }
 
 /// One job alone on a whole GPU, as [`World::alone_point`] gives it.
@@ -1255,6 +1230,7 @@ mod tests {
             crate::units::Mhz(300),
             ModelParams {
                 contention_kappa: 0.3,
+                time_slice_efficiency: 0.8,
             },
         );
         assert!(p.jobs[0].slowdown < 1.01, "the old catalog's claim");
@@ -1368,19 +1344,6 @@ mod tests {
         assert_eq!(g.rate[1], 0.0);
         let sum: f64 = g.job_power_w.iter().sum();
         assert!((sum - g.power_w).abs() < 1e-9);
-    }
-
-    #[test]
-    fn max_min_fair_gives_no_one_more_than_it_needs_nor_more_than_there_is() {
-        assert_eq!(max_min_fair(&[0.2, 0.3], 1.0), vec![0.2, 0.3]);
-        assert_eq!(max_min_fair(&[1.0, 1.0], 0.8), vec![0.4, 0.4]);
-        let got = max_min_fair(&[1.0, 0.1, 0.0, 0.6], 0.85);
-        assert!((got[1] - 0.1).abs() < 1e-12 && got[2] == 0.0, "{got:?}");
-        assert!(
-            (got[0] - 0.375).abs() < 1e-12 && (got[3] - 0.375).abs() < 1e-12,
-            "{got:?}"
-        );
-        assert!((got.iter().sum::<f64>() - 0.85).abs() < 1e-12);
     }
 
     #[test]

@@ -20,8 +20,7 @@ use super::snapshot::{
     stand_in_class,
 };
 use crate::config::Config;
-use crate::model::alone_runtime;
-use crate::policy::{PlaceContext, PlacedJob};
+use crate::policy::{PlaceContext, PlacedJob, SlotPower};
 use crate::units::SharePct;
 use std::cell::Cell;
 use std::ffi::{CStr, CString, c_char, c_int, c_void};
@@ -40,6 +39,9 @@ type StrerrorFn = unsafe extern "C" fn(c_int) -> *mut c_char;
 
 unsafe extern "C" {
     fn hs_node_state_unusable() -> u64;
+    fn hs_node_state_powered_down() -> u64;
+    fn hs_node_state_powering_up() -> u64;
+    fn hs_node_state_powering_down() -> u64;
     fn hs_show_all() -> u16;
     fn hs_show_detail() -> u16;
 }
@@ -410,8 +412,15 @@ unsafe fn read_nodes(cfg: &Config, msg: &b::node_info_msg_t) -> Vec<(NodeInfo, O
     if msg.node_array.is_null() {
         return out;
     }
-    // SAFETY: a constant from the headers.
-    let unusable = unsafe { hs_node_state_unusable() };
+    // SAFETY: constants from the headers.
+    let (unusable, down, up, going) = unsafe {
+        (
+            hs_node_state_unusable(),
+            hs_node_state_powered_down(),
+            hs_node_state_powering_up(),
+            hs_node_state_powering_down(),
+        )
+    };
     for i in 0..msg.record_count as usize {
         // SAFETY: node_array holds record_count entries.
         let n = unsafe { &*msg.node_array.add(i) };
@@ -434,6 +443,16 @@ unsafe fn read_nodes(cfg: &Config, msg: &b::node_info_msg_t) -> Vec<(NodeInfo, O
                 gpus,
                 cpus: u32::from(n.cpus),
                 memory_mib: n.real_memory,
+                power: {
+                    let f = u64::from(n.node_state);
+                    if f & up != 0 {
+                        SlotPower::Booting
+                    } else if f & (down | going) != 0 {
+                        SlotPower::Down
+                    } else {
+                        SlotPower::Up
+                    }
+                },
             },
             mps_per_gpu,
             ok,
@@ -497,19 +516,23 @@ unsafe fn read_jobs(
         if state == b::job_states_JOB_RUNNING {
             let class = decided
                 .as_ref()
-                .and_then(|(c, _, _)| cfg.classes.iter().position(|k| &k.name == c));
+                .and_then(|d| cfg.classes.iter().position(|k| k.name == d.class));
             #[allow(clippy::cast_precision_loss)]
             let elapsed = (now - j.start_time as f64).max(0.0);
-            let hold = limit_s.unwrap_or_else(|| {
-                // No time limit: the class's predicted runtime, or a day.
-                class.map_or(86_400.0, |c| {
-                    let reference = &cfg.gpu_types[cfg.reference_gpu];
-                    alone_runtime(&cfg.classes[c], reference, reference).0
-                })
-            });
-            let frees = (hold - elapsed).max(60.0);
             // SAFETY: node_inx is Slurm's -1 terminated index list.
             let on = unsafe { job_nodes(j.node_inx, names) };
+            // The type it runs on: the first GPU type of its first node.
+            let on_type = on
+                .first()
+                .and_then(|&n| nodes[n].0.gpus.first().map(|&(_, t)| t));
+            let hold = super::snapshot::expected_hold(
+                cfg,
+                limit_s,
+                class,
+                decided.as_ref().and_then(|d| d.limit_type),
+                on_type,
+            );
+            let frees = (hold - elapsed).max(60.0);
             for (k, &node) in on.iter().enumerate() {
                 if k >= j.gres_detail_cnt as usize || j.gres_detail_str.is_null() {
                     break;
@@ -568,9 +591,8 @@ unsafe fn read_jobs(
                 || waiting == b::job_state_reason_WAIT_PRIORITY;
             // Only jobs whose types are features can move (their GRES is untyped).
             let feature_form = ask.gpu_type.is_none() && !by_feature.is_empty();
-            if let (Some((class, policy, offered)), true, true) =
-                (decided, movable && feature_form, j.priority != 0)
-            {
+            if let (Some(d), true, true) = (decided, movable && feature_form, j.priority != 0) {
+                let (class, policy, offered) = (d.class, d.policy, d.types);
                 let job = PendingJob {
                     class,
                     user: j.user_id.to_string(),

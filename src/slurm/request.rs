@@ -268,6 +268,10 @@ pub struct Rewrite {
     pub offered: Vec<usize>,
     pub gpus: u32,
     pub mps_pct: Option<u8>,
+    /// The catalog type the job's time limit is taken to be written for, if it has one.
+    pub limit_type: Option<usize>,
+    /// What the user said the job needs of a reference GPU, when heshare sized its share.
+    pub demand_pct: Option<u8>,
 }
 
 /// The plugin's answer for one job.
@@ -389,6 +393,12 @@ pub fn decide_with(
         energy_policy,
         time_limit_s: sub.time_limit_s,
         reference_share: Some(asked),
+        // `--gres=mps:P --gpu-share=auto`: the user's P is what the job needs of a reference
+        // GPU; heshare sizes the share for it on whichever type it picks.
+        demand_pct: match (ask.mps_pct, share) {
+            (Some(p), ShareRequest::Auto) => u8::try_from(p).ok().filter(|p| (1..=100).contains(p)),
+            _ => None,
+        },
     };
     // A job heshare's model cannot place within its bound still runs as its user asked: a
     // prediction is no reason to refuse work.
@@ -408,7 +418,7 @@ pub fn decide_with(
         cfg,
         ask,
         &plan,
-        &class,
+        (&class, req.demand_pct),
         &offered,
         by_feature,
         live,
@@ -481,7 +491,6 @@ fn place_on(
 ) -> Result<Plan, crate::policy::PlacementError> {
     match live.fresh() {
         Some(snap) => {
-            let class = cfg.class(&req.class);
             let reference = &cfg.gpu_types[cfg.reference_gpu];
             let step = cfg.policy.mps_share_step_pct;
             let share = |t: usize| -> Option<u8> {
@@ -493,7 +502,14 @@ fn place_on(
                     ShareRequest::Exclusive => None,
                     ShareRequest::Pct(p) => Some(p.get()),
                     ShareRequest::Auto => {
-                        class.map(|c| full_speed_share(c, gpu, reference, step).get())
+                        // Sized as placement will size it on this type's backlog.
+                        let margins = snap
+                            .view
+                            .queues
+                            .get(t)
+                            .map_or(1.0, |q| q.margins(cfg.policy.no_margin_backlog));
+                        cfg.class_on(&req.class, req.demand_pct, gpu, margins)
+                            .map(|c| full_speed_share(c, gpu, reference, step).get())
                     }
                 }
             };
@@ -538,7 +554,7 @@ fn rewrite(
     cfg: &Config,
     ask: &GpuAsk,
     plan: &Plan,
-    class: &str,
+    (class, demand_pct): (&str, Option<u8>),
     offered: &[usize],
     by_feature: bool,
     live: Live<'_>,
@@ -602,6 +618,14 @@ fn rewrite(
         format!("HESHARE_PRED_RUNTIME_S={:.0}", d.predicted_runtime_s),
         format!("HESHARE_PRED_ENERGY_J={:.0}", d.predicted_energy_j),
     ];
+    if let Some(t) = &d.limit_type {
+        // The node helper keeps the job within its time limit on whatever type it lands on.
+        spank_env.push(format!("HESHARE_LIMIT_TYPE={t}"));
+    }
+    if let Some(p) = demand_pct {
+        // The node helper sizes the clock for what the user said the job needs.
+        spank_env.push(format!("HESHARE_DEMAND_PCT={p}"));
+    }
     if !many {
         // With several types the node knows which one the job landed on; the clock is the node
         // helper's to choose for whatever shares the GPU.
@@ -615,14 +639,19 @@ fn rewrite(
         prefer: (by_feature && many).then(|| d.gpu_type.clone()),
         nice: d.nice,
         admin_comment: format!(
-            "heshare: type={types}{prefer_note} share={share} clock={} class={class} policy={policy} {} reason={reason}",
+            "heshare: type={types}{prefer_note} share={share} clock={} class={class} policy={policy}{} {} reason={reason}",
             d.sm_clock_mhz,
+            d.limit_type
+                .as_deref()
+                .map_or(String::new(), |t| format!(" limit={t}")),
             live.describe()
         ),
         spank_env,
         offered: offered.to_vec(),
         gpus: d.gpus,
         mps_pct: (!d.exclusive).then_some(share_pct),
+        limit_type: d.limit_type.as_deref().and_then(|t| cfg.gpu_type(t)),
+        demand_pct,
     }
 }
 
@@ -657,12 +686,20 @@ pub struct PendingJob {
     pub form: TresForm,
 }
 
-/// Reads heshare's part of an AdminComment back: class, energy policy, offered types (best
-/// first). `None` if heshare did not place the job.
-pub fn read_admin_comment(
-    cfg: &Config,
-    comment: &str,
-) -> Option<(String, Option<EnergyPolicy>, Vec<usize>)> {
+/// heshare's part of an AdminComment, read back.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decided {
+    pub class: String,
+    pub policy: Option<EnergyPolicy>,
+    /// Offered types, best first.
+    pub types: Vec<usize>,
+    /// The type the job's time limit was taken to be written for.
+    pub limit_type: Option<usize>,
+}
+
+/// Reads heshare's part of an AdminComment back (see [`Decided`]). `None` if heshare did not
+/// place the job.
+pub fn read_admin_comment(cfg: &Config, comment: &str) -> Option<Decided> {
     let ours = comment
         .split(" | ")
         .map(str::trim)
@@ -671,9 +708,12 @@ pub fn read_admin_comment(
     let mut policy = None;
     let mut types = Vec::new();
     let mut prefer = None;
+    let mut limit_type = None;
     for w in ours.split_whitespace() {
         if let Some(v) = w.strip_prefix("class=") {
             class = Some(v.to_owned());
+        } else if let Some(v) = w.strip_prefix("limit=") {
+            limit_type = cfg.gpu_type(v);
         } else if let Some(v) = w.strip_prefix("policy=") {
             policy = parse_energy_policy(Some(v)).ok().flatten();
         } else if let Some(v) = w.strip_prefix("type=") {
@@ -688,7 +728,12 @@ pub fn read_admin_comment(
         types.retain(|&t| t != p);
         types.insert(0, p);
     }
-    Some((class?, policy, types))
+    Some(Decided {
+        class: class?,
+        policy,
+        types,
+        limit_type,
+    })
 }
 
 /// Re-decides a pending job on a newer view. `Some` when the types it should be offered differ
@@ -1044,6 +1089,7 @@ mod tests {
                 .collect(),
             cpus: 4,
             memory_mib: 4000,
+            power: crate::policy::SlotPower::Up,
         })
         .collect()
     }
@@ -1195,7 +1241,11 @@ mod tests {
 
     #[test]
     fn a_share_beside_the_users_own_job_saves_energy_and_moves_the_job_forward() {
-        let cfg = cfg();
+        // A site with power saving (a GPU's idle power is the decision's to save) and a balanced
+        // weight (at the default, the little contention beside the user's job outweighs it).
+        let mut cfg = cfg();
+        cfg.power.suspend_time_s = Some(600.0);
+        cfg.policy.energy_weight = 0.5;
         let site = local_site(&cfg);
         let nodes = local_nodes(&cfg);
         let vit = cfg
@@ -1218,7 +1268,8 @@ mod tests {
             now_s: 0.0,
             max_age_s: 60.0,
         };
-        let ask = parse_tres_per_node(Some("gres:gpu:1")).expect("ok");
+        // On a t4, where the user's own share runs.
+        let ask = parse_tres_per_node(Some("gres:gpu:t4:1")).expect("ok");
         let auto = opts("vit-infer", Some("auto"));
         let r = rewrite_of(decide(
             &cfg,
@@ -1227,9 +1278,15 @@ mod tests {
             &Submission::new(ask.as_ref(), &auto, "1000"),
         ));
         assert!(r.mps_pct.is_some(), "{r:?}");
-        assert!(r.nice < 0, "sharing a GPU saves its idle power: {}", r.nice);
-        // Another user's job there: the share would be time-sliced with that user's MPS server
-        // (or wait for it), so heshare does not count on it.
+        assert!(
+            r.nice < 0,
+            "sharing a GPU saves its idle power: {} {r:?}",
+            r.nice
+        );
+        // Another user's job there: the share runs outside MPS, time-sliced with that user's
+        // server; two light services fit in the GPU's time, so the saving holds. Where the site
+        // lets such a share wait instead (allow_cross_user_sharing = false), heshare does not
+        // count on it.
         let theirs = Holding {
             job: PlacedJob {
                 user: "2000".into(),
@@ -1244,6 +1301,15 @@ mod tests {
         };
         let r = rewrite_of(decide(
             &cfg,
+            &site,
+            live,
+            &Submission::new(ask.as_ref(), &auto, "1000"),
+        ));
+        assert!(r.nice < 0, "{}", r.nice);
+        let mut waits = cfg.clone();
+        waits.policy.allow_cross_user_sharing = false;
+        let r = rewrite_of(decide(
+            &waits,
             &site,
             live,
             &Submission::new(ask.as_ref(), &auto, "1000"),
@@ -1356,7 +1422,12 @@ mod tests {
         );
         let cfg = cfg();
         let c = "site: X | heshare: type=a100|t4 prefer=t4 share=35 clock=300 class=vit-infer policy=energy snapshot=2s reason=35% MPS share of a t4";
-        let (class, policy, types) = read_admin_comment(&cfg, c).expect("heshare's");
+        let Decided {
+            class,
+            policy,
+            types,
+            ..
+        } = read_admin_comment(&cfg, c).expect("heshare's");
         assert_eq!(class, "vit-infer");
         assert_eq!(policy, Some(EnergyPolicy::Energy));
         let (a100, t4) = (

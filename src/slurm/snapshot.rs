@@ -8,7 +8,7 @@
 
 use crate::config::Config;
 use crate::model::JobKind;
-use crate::policy::{ClusterView, GpuSlot, PlacedJob, TypeQueue};
+use crate::policy::{ClusterView, GpuSlot, PlacedJob, SlotPower, TypeQueue};
 
 /// One node: its name, its features, its size, and its GPUs (index on the node, catalog type).
 #[derive(Debug, Clone, PartialEq)]
@@ -18,6 +18,9 @@ pub struct NodeInfo {
     pub gpus: Vec<(u32, usize)>,
     pub cpus: u32,
     pub memory_mib: u64,
+    /// Its power state (Slurm's power saving): up, booting, or powered down (or powering down,
+    /// which a job may only have once it is down and resumed).
+    pub power: SlotPower,
 }
 
 /// A running job's hold on one GPU.
@@ -89,6 +92,8 @@ impl Snapshot {
                     index,
                     gpu_type: t,
                     jobs: vec![],
+                    power: n.power,
+                    node_gpus: u32::try_from(n.gpus.len()).unwrap_or(u32::MAX),
                 });
                 per_type[t] += 1;
             }
@@ -217,33 +222,73 @@ impl Snapshot {
             return self.idle.iter().map(|&i| &self.view.gpus[i]).collect();
         }
         let types = self.view.queues.len();
-        let mut whole: Vec<Option<usize>> = vec![None; types];
-        // Per type: the first GPU with room, and the first with room another user holds.
-        let mut share: Vec<Option<usize>> = vec![None; types];
-        let mut foreign: Vec<Option<usize>> = vec![None; types];
+        // Slurm tries powered-up nodes first, then booting ones, then powered-down ones: per
+        // type and power state, the first idle GPU, the first with room for the share, and the
+        // first with room another user holds; the best power state wins.
+        let power = |p: SlotPower| match p {
+            SlotPower::Up => 0,
+            SlotPower::Booting => 1,
+            SlotPower::Down => 2,
+        };
+        let mut whole: Vec<[Option<usize>; 3]> = vec![[None; 3]; types];
+        let mut share: Vec<[Option<usize>; 3]> = vec![[None; 3]; types];
+        let mut foreign: Vec<[Option<usize>; 3]> = vec![[None; 3]; types];
         let want: Vec<Option<u32>> = (0..types).map(|t| share_pct(t).map(u32::from)).collect();
         for (i, s) in self.view.gpus.iter().enumerate() {
-            let t = s.gpu_type;
-            if whole[t].is_none() && s.jobs.is_empty() {
-                whole[t] = Some(i);
+            let (t, p) = (s.gpu_type, power(s.power));
+            if whole[t][p].is_none() && s.jobs.is_empty() {
+                whole[t][p] = Some(i);
             }
-            if let (None, Some(w)) = (foreign[t], want[t]) {
+            if let (None, Some(w)) = (foreign[t][p], want[t]) {
                 let used: u32 = s.jobs.iter().map(|j| u32::from(j.share.get())).sum();
                 if !s.jobs.iter().any(|j| j.exclusive) && used + w <= 100 {
-                    share[t] = share[t].or(Some(i));
+                    share[t][p] = share[t][p].or(Some(i));
                     if s.jobs.iter().any(|j| j.user != user) {
-                        foreign[t] = Some(i);
+                        foreign[t][p] = Some(i);
                     }
                 }
             }
         }
+        let first = |v: [Option<usize>; 3]| v.into_iter().flatten().next();
+        let whole: Vec<Option<usize>> = whole.into_iter().map(first).collect();
+        let shares: Vec<Option<usize>> = (0..types)
+            .map(|t| (0..3).find_map(|p| foreign[t][p].or(share[t][p])))
+            .collect();
         let mut picks: Vec<usize> = (0..types)
-            .flat_map(|t| [whole[t], foreign[t].or(share[t])])
+            .flat_map(|t| [whole[t], shares[t]])
             .flatten()
             .collect();
         picks.sort_unstable();
         picks.dedup();
         picks.into_iter().map(|i| &self.view.gpus[i]).collect()
+    }
+}
+
+/// How long a running job is expected to hold its GPUs, from its start: for a job heshare placed
+/// with a time limit, the limit scaled from the type it was written for (`limit_type`) to the type
+/// it runs on (a job limited for a t4 that runs on an a100 should end well before its limit);
+/// otherwise its limit, or without one its class's predicted runtime, or a day.
+pub fn expected_hold(
+    cfg: &Config,
+    limit_s: Option<f64>,
+    class: Option<usize>,
+    limit_type: Option<usize>,
+    on_type: Option<usize>,
+) -> f64 {
+    let reference = &cfg.gpu_types[cfg.reference_gpu];
+    match (limit_s, class, limit_type, on_type) {
+        (Some(l), Some(c), Some(s), Some(t)) => {
+            let cap = crate::policy::limit_cap(
+                &cfg.classes[c],
+                &cfg.gpu_types[t],
+                &cfg.gpu_types[s],
+                reference,
+            );
+            l / cap.max(1.0)
+        }
+        (Some(l), ..) => l,
+        (None, Some(c), ..) => crate::model::alone_runtime(&cfg.classes[c], reference, reference).0,
+        (None, None, ..) => 86_400.0,
     }
 }
 
@@ -540,6 +585,7 @@ mod tests {
                 gpus: vec![(0, a100), (1, a100)],
                 cpus: 4,
                 memory_mib: 4000,
+                power: SlotPower::Up,
             },
             NodeInfo {
                 name: "ht4".into(),
@@ -547,6 +593,7 @@ mod tests {
                 gpus: vec![(0, t4), (1, t4)],
                 cpus: 4,
                 memory_mib: 4000,
+                power: SlotPower::Up,
             },
         ];
         let holdings = vec![

@@ -1,15 +1,24 @@
 //! FGD (Weng et al., USENIX ATC'23) and FGD with PWR (Lettich et al., CCGrid'25), with the same
 //! scores as in placement mode (`sim::packing`), over the live cluster.
 //! * `fgd`: the node and GPU that least increase fragmentation against the trace's typical pods.
-//! * `fgd-pwr`: PWR's power score (the fall in node GPU power, PWR's step model: a GPU with any
-//!   allocation draws full power, an idle one idle power), min-max normalised to 0..=100 over the
-//!   feasible nodes as PWR's NormalizeScore does, added with equal weight to FGD's score.
+//! * `fgd-pwr`: PWR's power score (the fall in the node's power, PWR's step model of
+//!   `GetEnergyConsumptionNode`: a GPU with any allocation draws its full power, an idle one its
+//!   idle power; a CPU package with any allocated core its full power, else its idle power,
+//!   packages counted from the node's vCPUs), min-max normalised to 0..=100 over the feasible
+//!   nodes as PWR's NormalizeScore does, added with equal weight to FGD's score. The power
+//!   figures are PWR's own table (`data/pwr-ccgrid25-power-model`); for a GPU model it lacks
+//!   (H100), the datasheet's maximum (the catalog's) as full power and PWR's A100 ratio (50 of
+//!   400 W) of it as idle, so its score has something to score.
 //!
 //! Default clocks; first best node in node order. A fractional job's share is the trace's request
 //! (`gpu_milli`, rounded up to whole percents) on whatever type it lands on, as for slurm-mps:
 //! every sharing baseline sizes shares the same way. Shares are served through MPS on the
-//! simulated Slurm cluster, so MPS's one-user-per-GPU rule binds FGD as it binds everyone
-//! (the engine applies it); FGD, like Slurm's gres/mps, does not look at users.
+//! simulated Slurm cluster, under the same node rule for another user's share as every
+//! scheduler's; FGD, like Slurm's gres/mps, does not look at users.
+//!
+//! The gap to a Slurm site: FGD and PWR choose the node and the GPU themselves, as their
+//! Kubernetes scheduler plugins do. Slurm has no select plugin for either, so a Slurm site
+//! could not run them as simulated here: they stand for the best their rules could do.
 
 use super::{Placement, Scheduler, is_share, trace_share};
 use crate::sim::engine::State;
@@ -100,20 +109,27 @@ impl<'a> FgdPwr<'a> {
     }
 }
 
-/// PWR's GPU step power of a node in watts.
-fn node_gpu_power(st: &State<'_>, res: &NodeRes) -> f64 {
+/// PWR's step power of a node in watts (GPUs and CPU packages), with `res` as its resources.
+fn node_power(st: &State<'_>, node: usize, res: &NodeRes) -> f64 {
     let Some(t) = res.gpu_type else { return 0.0 };
     let g = &st.cfg.gpu_types[t];
-    res.gpu_left
+    let (idle, full) = crate::sim::meter::pwr_gpu(&g.name)
+        .unwrap_or((g.max_power.0 * 50.0 / 400.0, g.max_power.0));
+    let gpus: f64 = res
+        .gpu_left
         .iter()
-        .map(|&l| {
-            if l < 1000 {
-                g.max_power.0
-            } else {
-                g.idle_power.0
-            }
-        })
-        .sum()
+        .map(|&l| if l < 1000 { full } else { idle })
+        .sum();
+    let (cpu_idle, cpu_full, cores) = crate::sim::meter::pwr_cpu(&g.name);
+    #[allow(clippy::cast_precision_loss)]
+    let capacity = st.nodes[node].cpu_milli as f64;
+    #[allow(clippy::cast_precision_loss)]
+    let left = res.cpu_left.max(0) as f64;
+    let real = (capacity / 1000.0 / 2.0).ceil();
+    let idle_cores = (left / 1000.0 / 2.0).floor();
+    let packages = (real / cores.max(1.0)).ceil();
+    let active = ((real - idle_cores).max(0.0) / cores.max(1.0)).ceil();
+    gpus + cpu_idle * (packages - active) + cpu_full * active
 }
 
 impl Scheduler for FgdPwr<'_> {
@@ -135,7 +151,7 @@ impl Scheduler for FgdPwr<'_> {
             cands.push((
                 n,
                 fgd,
-                node_gpu_power(st, res) - node_gpu_power(st, &after),
+                node_power(st, n, res) - node_power(st, n, &after),
                 gpus,
             ));
         }

@@ -4,13 +4,14 @@
 //! (what the node helper does). A job that asked for a fraction of a GPU lets heshare size its
 //! share ("auto"); a whole-GPU job keeps whole GPUs. The shipped path is `shipped.rs`.
 
-use super::{Placement, Scheduler, node_fits_host};
-use crate::model::ModelParams;
+use super::{Placement, Scheduler, is_share, node_fits_host};
 use crate::policy::{
-    GpuSlot, JobRequest, PlaceContext, ShareJob, ShareParams, ShareRequest, ShareSpec, place_slots,
+    GpuSlot, JobRequest, PlaceContext, ShareJob, ShareParams, ShareRequest, ShareSpec, limit_cap,
+    place_slots,
 };
 use crate::sim::engine::State;
 use crate::units::{Mhz, SharePct};
+use rustc_hash::FxHashMap;
 use std::collections::HashMap;
 
 /// For job `j` of `n` whole GPUs: the idle GPUs of the first node (in cluster order) of each GPU
@@ -54,6 +55,8 @@ pub struct HeshareIdeal {
     params: ShareParams,
     /// Remembered sharing plans for the whole run; decisions need no reason text here.
     ctx: PlaceContext,
+    /// Per running job, what the node helper is told of it.
+    hints: FxHashMap<usize, Hints>,
 }
 
 impl HeshareIdeal {
@@ -65,14 +68,9 @@ impl HeshareIdeal {
                 .enumerate()
                 .map(|(i, n)| (n.name.clone(), i))
                 .collect(),
-            params: ShareParams {
-                model: ModelParams {
-                    contention_kappa: st.cfg.policy.contention_kappa,
-                },
-                share_step_pct: st.cfg.policy.mps_share_step_pct,
-                energy_weight: st.cfg.policy.energy_weight,
-            },
+            params: ShareParams::of(st.cfg),
             ctx: PlaceContext::simulation(),
+            hints: FxHashMap::default(),
         }
     }
 }
@@ -99,8 +97,10 @@ impl Scheduler for HeshareIdeal {
                 .map(|&t| st.cfg.gpu_types[t].name.clone())
                 .collect(),
             energy_policy: None,
-            time_limit_s: None,
+            time_limit_s: Some(job.limit_s),
             reference_share: None,
+            // What its user knows it needs, as it would ask gres/mps (the trace's share).
+            demand_pct: is_share(job).then(|| super::trace_share(job).get()),
         };
         // One GPU per group of identical GPUs (or the idle ones for several whole GPUs): the
         // decision `place` makes on the whole view, without scanning six thousand GPUs.
@@ -141,6 +141,13 @@ impl Scheduler for HeshareIdeal {
             }
         }
         let d = plan.decision;
+        self.hints.insert(
+            j,
+            Hints {
+                limit_type: d.limit_type.as_deref().and_then(|t| st.cfg.gpu_type(t)),
+                demand_pct: req.demand_pct,
+            },
+        );
         let node = *self.node_index.get(d.node.as_deref()?)?;
         // It decides on the whole view; a node this attempt may not use (powered down before
         // powered-up ones are tried, a backfill reservation) waits for a later attempt.
@@ -164,30 +171,54 @@ impl Scheduler for HeshareIdeal {
     }
 
     fn clock(&mut self, st: &State<'_>, gpu: usize) -> Mhz {
-        node_helper_clock(st, gpu, &mut self.ctx, self.params)
+        node_helper_clock(st, gpu, &mut self.ctx, self.params, &self.hints)
+    }
+
+    fn finished(&mut self, _st: &State<'_>, j: usize) {
+        self.hints.remove(&j);
     }
 }
 
-/// The SM clock the node helper locks for `gpu`'s jobs: the sharing optimizer on their classes,
-/// shares and bounds (the default clock if it finds none within every bound).
+/// What the plugin's SPANK environment tells the node helper about a job: the type its time
+/// limit is written for, and what its user said it needs of a reference GPU.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Hints {
+    pub limit_type: Option<usize>,
+    pub demand_pct: Option<u8>,
+}
+
+/// The SM clock the node helper locks for `gpu`'s jobs: the sharing optimizer on their classes
+/// (sized as `hints` say), shares and bounds, each bound capped by the job's time limit (the
+/// default clock if it finds none within every bound).
 pub fn node_helper_clock(
     st: &State<'_>,
     gpu: usize,
     ctx: &mut PlaceContext,
     params: ShareParams,
+    hints: &FxHashMap<usize, Hints>,
 ) -> Mhz {
     let g = &st.gpus[gpu];
     let gt = &st.cfg.gpu_types[g.gpu_type];
+    let reference = &st.cfg.gpu_types[st.cfg.reference_gpu];
     let jobs: Vec<ShareJob<'_>> = g
         .jobs
         .iter()
         .map(|&j| {
-            let class = &st.cfg.classes[st.jobs[j].class];
+            let h = hints.get(&j).copied().unwrap_or_default();
+            let name = &st.cfg.classes[st.jobs[j].class].name;
+            let class = st
+                .cfg
+                .class_on(name, h.demand_pct, gt, 1.0)
+                .unwrap_or(&st.cfg.classes[st.jobs[j].class]);
+            let bound = class.slowdown_bound.unwrap_or(st.cfg.policy.slowdown_bound);
+            let bound = h.limit_type.map_or(bound, |s| {
+                bound.min(limit_cap(class, gt, &st.cfg.gpu_types[s], reference))
+            });
             ShareJob {
                 class,
                 share: ShareSpec::Fixed(st.jobs[j].share),
                 user: st.jobs[j].user,
-                bound: class.slowdown_bound.unwrap_or(st.cfg.policy.slowdown_bound),
+                bound,
             }
         })
         .collect();

@@ -7,6 +7,7 @@ use crate::units::{Mhz, SharePct};
 
 mod fgd;
 mod gavel;
+mod greedy;
 mod ideal;
 mod shipped;
 mod slurm;
@@ -14,6 +15,7 @@ mod zeus;
 
 pub use fgd::{Fgd, FgdPwr};
 pub use gavel::Gavel;
+pub use greedy::EnergyGreedy;
 pub use ideal::HeshareIdeal;
 pub use shipped::Shipped;
 pub use slurm::{SlurmExclusive, SlurmMps};
@@ -51,13 +53,14 @@ pub trait Scheduler {
 
 /// The scheduler names `--policies` accepts, in report order: the baselines, heshare as it
 /// ships, and heshare-ideal (an omniscient upper bound, never in the headline).
-pub const NAMES: [&str; 8] = [
+pub const NAMES: [&str; 9] = [
     "slurm-exclusive",
     "slurm-mps",
     "fgd",
     "fgd-pwr",
     "gavel",
     "zeus",
+    "energy-greedy",
     "heshare",
     "heshare-ideal",
 ];
@@ -80,6 +83,7 @@ pub fn by_name<'a>(
         "fgd-pwr" => Box::new(FgdPwr::new(typical)),
         "gavel" => Box::new(Gavel),
         "zeus" => Box::new(Zeus::default()),
+        "energy-greedy" => Box::new(EnergyGreedy::default()),
         "heshare" => Box::new(Shipped::new(st)),
         "heshare-ideal" => Box::new(HeshareIdeal::new(st)),
         other => {

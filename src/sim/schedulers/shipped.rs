@@ -10,17 +10,18 @@
 //!   request allows (an offered type, preferring the best), when it fits.
 //! * On every new snapshot the pending jobs heshare placed are re-decided (`reroute`, at most
 //!   `reroute_max_jobs` in queue order) and their offer changed where the plugin would.
-//! * Users submit `--gres=gpu:N --gpu-class=CLASS` for whole-GPU jobs and add `--gpu-share=auto`
-//!   for a job the trace gives a fraction of a GPU (heshare sizes the share from the class); the
-//!   trace's allowed GPU models are a typed GRES (one model) or the user's own `--constraint`
-//!   (several).
+//! * Users submit what a plain Slurm user submits, `--gres=gpu:N` for whole-GPU jobs and
+//!   `--gres=mps:P` for a job the trace gives a fraction of a GPU (P its trace share, what a
+//!   slurm-mps user asks), with `--gpu-class=CLASS` and, for a share, `--gpu-share=auto`: heshare
+//!   sizes the share for P% of a reference GPU on the type it picks. The trace's allowed GPU
+//!   models are a typed GRES (one model) or the user's own `--constraint` (several).
 
-use super::ideal::node_helper_clock;
+use super::ideal::{Hints, node_helper_clock};
 use super::{Placement, Scheduler};
-use crate::model::ModelParams;
-use crate::policy::{PlaceContext, PlacedJob, ShareParams};
+use crate::policy::{PlaceContext, PlacedJob, ShareParams, SlotPower};
 use crate::sim::cons_tres::{GresRequest, select};
 use crate::sim::engine::State;
+use crate::sim::meter::PowerState;
 use crate::slurm::request::{
     GpuAsk, Live, Options, PendingJob, Site, Submission, TresForm, Verdict, decide_with, reroute,
 };
@@ -49,6 +50,8 @@ pub struct Shipped {
     plugin_ctx: PlaceContext,
     /// The node helper's optimizer runs.
     helper_ctx: PlaceContext,
+    /// Per job, what the plugin's SPANK environment tells the node helper.
+    hints: FxHashMap<usize, Hints>,
     params: ShareParams,
     /// Jobs moved by re-routing, for the report.
     pub moved: usize,
@@ -85,13 +88,8 @@ impl Shipped {
             held: FxHashMap::default(),
             plugin_ctx: PlaceContext::quiet(),
             helper_ctx: PlaceContext::quiet(),
-            params: ShareParams {
-                model: ModelParams {
-                    contention_kappa: st.cfg.policy.contention_kappa,
-                },
-                share_step_pct: st.cfg.policy.mps_share_step_pct,
-                energy_weight: st.cfg.policy.energy_weight,
-            },
+            hints: FxHashMap::default(),
+            params: ShareParams::of(st.cfg),
             moved: 0,
             nodes: st
                 .nodes
@@ -104,6 +102,7 @@ impl Shipped {
                         gpus: n.gpus.iter().map(|&g| (st.gpus[g].index, t)).collect(),
                         cpus: u32::try_from(n.cpu_milli / 1000).unwrap_or(u32::MAX),
                         memory_mib: n.memory_mib,
+                        power: SlotPower::Up,
                     }
                 })
                 .collect(),
@@ -121,12 +120,30 @@ impl Shipped {
 
     /// The plugin's view at `at`: the cluster as it stands (nothing changed since `at`).
     fn take_snapshot(&mut self, st: &State<'_>, at: f64, waiting: &[usize]) -> Snapshot {
+        // Node power states as Slurm's node table shows them (a powering-down node can only be
+        // had powered down and resumed).
+        for (info, n) in self.nodes.iter_mut().zip(&st.nodes) {
+            info.power = match n.power {
+                PowerState::Up => SlotPower::Up,
+                PowerState::Booting => SlotPower::Booting,
+                PowerState::PoweringDown | PowerState::Off => SlotPower::Down,
+            };
+        }
         let mut holdings = Vec::new();
         for g in &st.gpus {
             for &j in &g.jobs {
                 let job = &st.jobs[j];
                 let start = job.start_s.unwrap_or(at);
                 let user = self.user(job.user).to_owned();
+                // As the snapshot thread reads it: the limit, scaled for a job heshare limited
+                // for a slower type than it runs on.
+                let hold = crate::slurm::snapshot::expected_hold(
+                    st.cfg,
+                    Some(job.limit_s),
+                    Some(job.class),
+                    self.hints.get(&j).and_then(|h| h.limit_type),
+                    Some(g.gpu_type),
+                );
                 holdings.push(Holding {
                     node: g.node,
                     gpu_index: g.index,
@@ -136,8 +153,8 @@ impl Shipped {
                         user,
                         exclusive: job.exclusive,
                     },
-                    frees_in_s: (start + job.limit_s - at).max(60.0),
-                    hold_s: job.limit_s,
+                    frees_in_s: (start + hold - at).max(60.0),
+                    hold_s: hold,
                 });
             }
         }
@@ -176,10 +193,11 @@ impl Shipped {
                 .collect::<Vec<_>>()
                 .join("|")
         });
+        // The same GRES a slurm-mps user asks (a share as its trace share), plus heshare's options.
         let ask = GpuAsk {
             gpus: job.num_gpus,
             gpu_type: typed,
-            mps_pct: None,
+            mps_pct: share.then(|| u32::from(super::trace_share(job).get())),
             form: TresForm::Colon,
             others: vec![],
             per_job: false,
@@ -207,6 +225,13 @@ impl Shipped {
         };
         match decide_with(st.cfg, &self.site, live, &sub, &mut self.plugin_ctx) {
             Verdict::Rewrite(r) => {
+                self.hints.insert(
+                    j,
+                    Hints {
+                        limit_type: r.limit_type,
+                        demand_pct: r.demand_pct,
+                    },
+                );
                 let prefer = r.prefer.as_deref().and_then(|p| st.cfg.gpu_type(p));
                 let gres = GresRequest {
                     gpus: r.gpus,
@@ -308,6 +333,10 @@ impl Scheduler for Shipped {
     }
 
     fn clock(&mut self, st: &State<'_>, gpu: usize) -> Mhz {
-        node_helper_clock(st, gpu, &mut self.helper_ctx, self.params)
+        node_helper_clock(st, gpu, &mut self.helper_ctx, self.params, &self.hints)
+    }
+
+    fn finished(&mut self, _st: &State<'_>, j: usize) {
+        self.hints.remove(&j);
     }
 }

@@ -5,6 +5,7 @@
 //! whole GPUs (`sim::cons_tres`).
 
 use super::{Placement, Scheduler};
+use crate::model::{Tenant, predict};
 use crate::sim::cons_tres::{GresRequest, select};
 use crate::sim::engine::State;
 use crate::units::Mhz;
@@ -19,6 +20,23 @@ impl Default for Zeus {
     }
 }
 
+/// The clock of type `t` with the least Zeus cost for `tenants`.
+pub fn zeus_clock(st: &State<'_>, t: usize, tenants: &[Tenant<'_>], eta: f64) -> Mhz {
+    let gt = &st.cfg.gpu_types[t];
+    let reference = &st.cfg.gpu_types[st.cfg.reference_gpu];
+    let mut best = (f64::INFINITY, gt.default_sm_clock);
+    for &f in &gt.sm_clocks {
+        let p = predict(gt, reference, tenants, f, st.params);
+        // Cost per unit of work: every job on the GPU advances at 1/runtime.
+        let time: f64 = p.jobs.iter().map(|j| j.runtime.0).fold(0.0, f64::max);
+        let cost = eta * p.power.0 * time + (1.0 - eta) * gt.max_power.0 * time;
+        if cost < best.0 {
+            best = (cost, f);
+        }
+    }
+    best.1
+}
+
 impl Scheduler for Zeus {
     fn name(&self) -> &'static str {
         "zeus"
@@ -28,17 +46,16 @@ impl Scheduler for Zeus {
         select(st, job, &GresRequest::whole(job))
     }
     fn clock(&mut self, st: &State<'_>, gpu: usize) -> Mhz {
-        let gt = &st.cfg.gpu_types[st.gpus[gpu].gpu_type];
-        let mut best = (f64::INFINITY, gt.default_sm_clock);
-        for &f in &gt.sm_clocks {
-            let p = st.predict_gpu(gpu, f);
-            // Cost per unit of work: every job on the GPU advances at 1/runtime.
-            let t: f64 = p.jobs.iter().map(|j| j.runtime.0).fold(0.0, f64::max);
-            let cost = self.eta * p.power.0 * t + (1.0 - self.eta) * gt.max_power.0 * t;
-            if cost < best.0 {
-                best = (cost, f);
-            }
-        }
-        best.1
+        let g = &st.gpus[gpu];
+        let tenants: Vec<Tenant<'_>> = g
+            .jobs
+            .iter()
+            .map(|&j| Tenant {
+                class: &st.cfg.classes[st.jobs[j].class],
+                share: st.jobs[j].share,
+                user: st.jobs[j].user,
+            })
+            .collect();
+        zeus_clock(st, g.gpu_type, &tenants, self.eta)
     }
 }
