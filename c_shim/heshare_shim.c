@@ -51,6 +51,8 @@ char **hs_job_prefer(job_desc_msg_t *d) { return &d->prefer; }
 char ***hs_job_spank_env(job_desc_msg_t *d) { return &d->spank_job_env; }
 uint32_t *hs_job_spank_env_size(job_desc_msg_t *d) { return &d->spank_job_env_size; }
 uint32_t *hs_job_nice(job_desc_msg_t *d) { return &d->nice; }
+/* Slurm sets it to NO_VAL before job_submit so that only the plugin sets it at submission. */
+uint32_t *hs_job_site_factor(job_desc_msg_t *d) { return &d->site_factor; }
 
 /* Constants whose values live in the headers. */
 uint32_t hs_slurm_version_number(void) { return SLURM_VERSION_NUMBER; }
@@ -80,6 +82,7 @@ job_desc_msg_t *hs_test_job_desc_new(void)
 	job_desc_msg_t *d = calloc(1, sizeof(*d));
 	if (d) {
 		d->nice = NO_VAL;
+		d->site_factor = NO_VAL;
 		d->user_id = NO_VAL;
 		d->time_limit = NO_VAL;
 		d->min_cpus = NO_VAL;

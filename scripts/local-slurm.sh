@@ -14,6 +14,9 @@
 # gres/mps may use every GPU of a node (Flags=all_sharing). Fake GPUs are character devices
 # (slurmd refuses plain files); ports come from $HESHARE_SLURM_PORT (default 17817: slurmctld, +1..
 # for each slurmd). $HESHARE_SLURMCTLD_PARAMETERS, if set, becomes SlurmctldParameters=.
+# Priorities are priority/multifactor, recomputed every minute, which adds the site factor heshare
+# sets (the age and fair-share weights need slurmdbd, which this cluster does not run);
+# HESHARE_PRIORITY=basic gives Slurm's default instead.
 # With HESHARE_PLUGIN=path/to/libheshare.so the cluster loads it as job_submit/heshare, with
 # $HESHARE_CONFIG (default: the repository's slurm-conf/heshare.toml) as its configuration, and
 # builds c_shim/spank_heshare.c as the SPANK plugin for the heshare sbatch options; with
@@ -124,6 +127,11 @@ NodeName=ht4 NodeHostname=localhost Port=$((port + 3)) CPUs=4 RealMemory=4000 Gr
 PartitionName=gpu Nodes=ha100,hv100,ht4 Default=YES MaxTime=INFINITE State=UP
 CONF
   [ -n "${HESHARE_SLURMCTLD_PARAMETERS:-}" ] && printf 'SlurmctldParameters=%s\n' "$HESHARE_SLURMCTLD_PARAMETERS" >> "$conf"
+  case "${HESHARE_PRIORITY:-multifactor}" in
+    multifactor) printf 'PriorityType=priority/multifactor\nPriorityCalcPeriod=1\n' >> "$conf" ;;
+    basic) printf 'PriorityType=priority/basic\n' >> "$conf" ;;
+    *) die "HESHARE_PRIORITY=$HESHARE_PRIORITY: use multifactor or basic" ;;
+  esac
   if [ -n "${HESHARE_PLUGIN:-}" ]; then
     [ -f "$HESHARE_PLUGIN" ] || die "HESHARE_PLUGIN=$HESHARE_PLUGIN is not a file"
     nm -D --defined-only "$HESHARE_PLUGIN" | awk '{print $NF}' | grep -qx plugin_version \

@@ -70,8 +70,10 @@ pub struct PolicyKnobs {
     /// Whether jobs of different users may share one GPU. NVIDIA MPS serialises different users'
     /// servers on one GPU, so the model time-slices them when this is on.
     pub allow_cross_user_sharing: bool,
-    /// The priority adjustment stays within ±nice_range (Slurm nice units).
-    pub nice_range: u32,
+    /// heshare's site factor stays within ±priority_range (units of Slurm's job priority).
+    /// `nice_range`, its name when heshare used nice, is read as the same.
+    #[serde(alias = "nice_range")]
+    pub priority_range: u32,
     /// The catalog type on which job classes' reference runtimes and demands are measured.
     pub reference_gpu: String,
     /// Slowdown a job suffers per unit of memory-intensive busy time of its co-located jobs.
@@ -571,9 +573,9 @@ fn validate(raw: RawConfig, errs: &mut Problems) -> Config {
     );
     check(
         errs,
-        p.nice_range <= 10_000,
-        "policy.nice_range",
-        format!("{} is over 10000", p.nice_range),
+        p.priority_range <= 1_000_000,
+        "policy.priority_range",
+        format!("{} is over 1000000", p.priority_range),
     );
     check(
         errs,
@@ -1138,6 +1140,34 @@ fn gres_specs(slurm_conf: &str) -> impl Iterator<Item = (usize, &str)> {
     })
 }
 
+/// A slurm.conf's `PriorityType` (the last one given; Slurm's default is `priority/basic`).
+pub fn slurm_priority_type(slurm_conf: &str) -> String {
+    let mut found = "priority/basic".to_owned();
+    for line in slurm_conf.lines() {
+        let line = line.split('#').next().unwrap_or("");
+        for word in line.split_whitespace() {
+            if let Some((k, v)) = word.split_once('=') {
+                if k.eq_ignore_ascii_case("prioritytype") {
+                    found = v.trim().to_owned();
+                }
+            }
+        }
+    }
+    found
+}
+
+/// Why heshare's site factor would do nothing under this slurm.conf, if it would: Slurm adds
+/// a job's site factor to its priority in `priority/multifactor` only.
+pub fn priority_warning(slurm_conf: &str, cfg: &Config) -> Option<String> {
+    let ty = slurm_priority_type(slurm_conf);
+    (cfg.policy.priority_range > 0 && !ty.eq_ignore_ascii_case("priority/multifactor")).then(|| {
+        format!(
+            "PriorityType={ty}: Slurm adds a job's site factor to its priority only with priority/multifactor, so heshare's priority adjustment (policy.priority_range = {}) changes nothing; set PriorityType=priority/multifactor, or priority_range = 0 to say it is off",
+            cfg.policy.priority_range
+        )
+    })
+}
+
 /// The catalog GPU types a slurm.conf's `Gres=gpu:TYPE:N` lines name, each with the most GPUs
 /// of it on one node (catalog index, count), in catalog order. Unknown types are left out
 /// (`check_slurm_gres` reports them).
@@ -1271,7 +1301,7 @@ energy_weight = 0.5
 slowdown_bound = 1.5
 mps_share_step_pct = 5
 allow_cross_user_sharing = false
-nice_range = 100
+priority_range = 100
 reference_gpu = "v100"
 contention_kappa = 0.3
 
@@ -1301,6 +1331,32 @@ memory_gib = 8
             LoadError::Invalid(v) => v,
             LoadError::Read { .. } => unreachable!("parse does not read files"),
         })
+    }
+
+    #[test]
+    fn nice_range_is_read_as_priority_range_and_slurms_priority_type_is_checked() {
+        let old = SMALL.replace("priority_range = 100", "nice_range = 40");
+        assert_eq!(parse(&old).expect("valid").policy.priority_range, 40);
+        let both = SMALL.replace("priority_range = 100", "priority_range = 1\nnice_range = 2");
+        assert!(parse(&both).is_err(), "one of the two names, not both");
+        let too_big = SMALL.replace("priority_range = 100", "priority_range = 2000000");
+        let e = parse(&too_big).expect_err("too big");
+        assert!(
+            e.iter().any(|x| x.field == "policy.priority_range"),
+            "{e:?}"
+        );
+        let cfg = parse(SMALL).expect("valid");
+        assert_eq!(slurm_priority_type("SlurmUser=root\n"), "priority/basic");
+        assert_eq!(
+            slurm_priority_type("PriorityType=priority/multifactor # the site's\n"),
+            "priority/multifactor"
+        );
+        assert!(priority_warning("PriorityType=priority/multifactor\n", &cfg).is_none());
+        let w = priority_warning("ClusterName=x\n", &cfg).expect("basic by default");
+        assert!(w.contains("PriorityType=priority/basic"), "{w}");
+        let mut off = cfg.clone();
+        off.policy.priority_range = 0;
+        assert!(priority_warning("ClusterName=x\n", &off).is_none());
     }
 
     #[test]

@@ -168,7 +168,7 @@ proptest! {
             prop_assert!(slot.jobs.iter().all(|j| !j.exclusive && (cross_user || j.user == "u0")), "joined a GPU it may not share");
             prop_assert!(!d.exclusive || slot.jobs.is_empty());
             prop_assert!(cfg.gpu_types[slot.gpu_type].supports_clock(heshare::units::Mhz(d.sm_clock_mhz)));
-            prop_assert!(d.nice.unsigned_abs() <= cfg.policy.nice_range);
+            prop_assert!(d.site_factor.unsigned_abs() <= cfg.policy.priority_range);
         }
     }
 }

@@ -131,6 +131,7 @@ fn time_mode_compares_every_scheduler_in_the_world_and_accounts_for_every_job() 
             "killed",
             "killed_by_sharing_or_clock",
             "mean_jct_finished_s",
+            "site_factor",
             "resumes",
             "unstarted",
             "unfinished",
@@ -150,6 +151,16 @@ fn time_mode_compares_every_scheduler_in_the_world_and_accounts_for_every_job() 
             r["facility_always_on_kwh"].as_f64().expect("on") >= facility,
             "{r}"
         );
+    }
+    // Only heshare sets site factors, and Slurm's multifactor queue ordered by them.
+    assert_eq!(v["queue"]["multifactor"], true);
+    for r in rows {
+        let f = &r["site_factor"];
+        if r["policy"] == "heshare" {
+            assert!(f["jobs"].as_u64().expect("jobs") > 0, "{f}");
+        } else {
+            assert_eq!(f["nonzero"], 0, "{}: {f}", r["policy"]);
+        }
     }
     // The headline is the shipped path's facility energy, with its spread over seeds; the ideal
     // stands apart.
@@ -233,6 +244,24 @@ fn facility_options_change_what_the_meter_counts_and_bad_ones_are_named() {
     let from_conf = from_conf.expect("ran");
     assert_eq!(from_conf["saving"]["suspend_time_s"], 300.0);
     assert_eq!(from_conf["saving"]["resume_timeout_s"], 900.0);
+    // No PriorityType there: Slurm's default, first come first served.
+    assert_eq!(from_conf["queue"]["multifactor"], false);
+    std::fs::write(
+        &conf,
+        "PriorityType=priority/multifactor\nPriorityWeightAge=5000\nPriorityMaxAge=2-0\n",
+    )
+    .expect("write");
+    let (_, prio) = run(&["--slurm-conf", conf.to_str().expect("utf-8")]);
+    let prio = prio.expect("ran");
+    assert_eq!(prio["queue"]["multifactor"], true);
+    assert_eq!(prio["queue"]["weight_age"], 5000.0);
+    assert_eq!(prio["queue"]["max_age_s"], 172_800.0);
+    let (o, _) = run(&["--priority", "fair"]);
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("--priority fair: use multifactor or basic"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     let (o, _) = run(&["--resume-time", "900", "--resume-timeout", "60"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(

@@ -86,11 +86,12 @@ fn the_plugin_places_shares_and_whole_gpus_and_rejects_bad_input() {
         "{s}"
     );
     assert!(
-        s.contains("AdminComment=heshare: type=t4 share=50 clock=1590 class=vit-infer policy=balanced snapshot="),
+        s.contains("AdminComment=heshare: type=t4 share=50 clock=1590 class=vit-infer policy=balanced asked=whole site=+0 snapshot="),
         "{s}"
     );
     assert!(s.contains(" reason=50% MPS share of a t4"), "{s}");
-    // Alone on its GPU a share draws what the whole GPU would: no priority change.
+    // Alone on its GPU a share draws what the whole GPU would: no priority change (site=+0
+    // above), and the nice is the user's.
     assert_eq!(field(&s, "Nice="), "0", "{s}");
     assert_eq!(field(&s, "NodeList="), "ht4");
     let out = c.read(&format!("infer-{infer}.out"));
@@ -296,7 +297,9 @@ fn the_plugin_places_shares_and_whole_gpus_and_rejects_bad_input() {
         "no note of the left request in slurmctld's log"
     );
 
-    // Asking for performance spends more energy than the default: the job moves back.
+    // Asking for performance spends more energy than the default: the job moves back, in
+    // Slurm's site factor (AdminComment records heshare's; tests/slurm_priority.rs reads it in
+    // sprio), and the user's nice is left alone.
     let fast = c.sbatch(&[
         "--gres=gpu:1",
         "--gpu-class=bert-train",
@@ -305,15 +308,21 @@ fn the_plugin_places_shares_and_whole_gpus_and_rejects_bad_input() {
         "true",
     ]);
     let s = c.wait_done(&fast);
-    let nice_full: i32 = field(&s, "Nice=").parse().expect("a number");
-    assert!(nice_full > 10, "{s}");
+    let site = |s: &str| -> i32 {
+        field(s, "site=")
+            .parse()
+            .unwrap_or_else(|_| panic!("no site= in AdminComment: {s}"))
+    };
+    let site_full = site(&s);
+    assert!(site_full < -10, "{s}");
+    assert_eq!(field(&s, "Nice="), "0", "{s}");
 
-    // An edit to heshare.toml takes effect at the next submission (here: a smaller nice range),
+    // An edit to heshare.toml takes effect at the next submission (here: a smaller range),
     // and a broken edit is logged while the previous configuration stays in force.
     std::thread::sleep(std::time::Duration::from_millis(1100));
     std::fs::write(
         &cfg_path,
-        shipped().replacen("nice_range = 100", "nice_range = 10", 1),
+        shipped().replacen("priority_range = 100", "priority_range = 10", 1),
     )
     .expect("write");
     let perf = [
@@ -325,22 +334,22 @@ fn the_plugin_places_shares_and_whole_gpus_and_rejects_bad_input() {
     ];
     let again = c.sbatch(&perf);
     let s = c.wait_done(&again);
-    let nice_small: i32 = field(&s, "Nice=").parse().expect("a number");
+    let site_small = site(&s);
     assert!(
-        (1..=10).contains(&nice_small) && nice_small < nice_full,
-        "nice {nice_small} after the edit, {nice_full} before: {s}"
+        (-10..=-1).contains(&site_small) && site_small > site_full,
+        "site factor {site_small} after the edit, {site_full} before: {s}"
     );
     std::thread::sleep(std::time::Duration::from_millis(1100));
     std::fs::write(
         &cfg_path,
-        shipped().replacen("nice_range = 100", "nice_range = -3", 1),
+        shipped().replacen("priority_range = 100", "priority_range = -3", 1),
     )
     .expect("write");
     let kept = c.sbatch(&perf);
     let s = c.wait_done(&kept);
     assert_eq!(
-        field(&s, "Nice="),
-        nice_small.to_string(),
+        site(&s),
+        site_small,
         "the last good configuration stays: {s}"
     );
     assert!(

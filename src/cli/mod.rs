@@ -55,7 +55,7 @@ enum Command {
     /// Measure decision latency on a cluster view the size of the Alibaba openb cluster.
     Bench(bench::BenchArgs),
     /// Replay a trace through the schedulers and compare them.
-    Simulate(simulate::SimulateArgs),
+    Simulate(Box<simulate::SimulateArgs>),
     /// Slurm Prolog (as root on the compute node): join the job to its GPUs, start MPS, set the
     /// clock.
     Prolog(node::HookArgs),
@@ -302,6 +302,16 @@ fn check_config(out: &mut impl Write, arg: &ConfigArg, slurm_conf: Option<&Path>
                 lacking.join(", ")
             );
         }
+        match crate::config::priority_warning(&text, &cfg) {
+            Some(w) => eprintln!("{}: warning: {w}", sc.display()),
+            None if cfg.policy.priority_range > 0 => writeln!(
+                out,
+                "{}: ok: PriorityType=priority/multifactor adds heshare's site factor (within +-{})",
+                sc.display(),
+                cfg.policy.priority_range
+            )?,
+            None => {}
+        }
         let gres_conf = sc.with_file_name("gres.conf");
         if let Ok(g) = std::fs::read_to_string(&gres_conf) {
             if crate::config::gres_conf_all_sharing(&g) == Some(false) {
@@ -394,7 +404,7 @@ fn print_plan(out: &mut impl Write, plan: &Plan, label: &str) -> std::io::Result
     writeln!(out)?;
     writeln!(
         out,
-        "decision: {} {} at {} MHz, nice {:+}",
+        "decision: {} {} at {} MHz, site factor {:+}",
         d.gpu_type,
         if d.exclusive {
             "exclusive".to_owned()
@@ -402,7 +412,7 @@ fn print_plan(out: &mut impl Write, plan: &Plan, label: &str) -> std::io::Result
             format!("mps:{}", d.share_pct)
         },
         d.sm_clock_mhz,
-        d.nice
+        d.site_factor
     )?;
     writeln!(out, "reason:   {}", d.reason)
 }

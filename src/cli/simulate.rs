@@ -65,8 +65,16 @@ pub struct SimulateArgs {
     /// Time mode: Slurm's ResumeTimeout [default: 600, or --slurm-conf's].
     #[arg(long, value_name = "SECS")]
     pub(super) resume_timeout: Option<f64>,
-    /// Time mode: read SuspendTime, SuspendTimeout and ResumeTimeout from this slurm.conf (the
-    /// options above override it).
+    /// Time mode: Slurm's PriorityType that orders the queue: `multifactor` (age and the site
+    /// factor heshare sets) or `basic` (first come, first served, no site factor) [default:
+    /// multifactor, or --slurm-conf's].
+    #[arg(long, value_name = "multifactor|basic")]
+    pub(super) priority: Option<String>,
+    /// Time mode: Slurm's PriorityWeightAge [default: 1000, or --slurm-conf's].
+    #[arg(long, value_name = "N")]
+    pub(super) priority_weight_age: Option<u32>,
+    /// Time mode: read SuspendTime, SuspendTimeout, ResumeTimeout, PriorityType,
+    /// PriorityWeightAge and PriorityMaxAge from this slurm.conf (the options above override it).
     #[arg(long, value_name = "FILE")]
     pub(super) slurm_conf: Option<PathBuf>,
     /// Time mode: how each node's host (CPUs, memory, fans, NICs, power supplies) is charged:

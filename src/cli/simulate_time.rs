@@ -5,6 +5,7 @@ use super::simulate::{Mode, SimulateArgs, inputs};
 use crate::config::Config;
 use crate::sim::experiment::{self, Report, Spec};
 use crate::sim::meter::{HostSpec, PowerSaving};
+use crate::sim::priority::QueueOrder;
 use crate::sim::schedulers::NAMES;
 use anyhow::{Context, Result, anyhow, bail};
 use serde::Serialize;
@@ -30,6 +31,7 @@ pub fn run(out: &mut impl Write, cfg: &Config, args: &SimulateArgs, load: f64) -
     let (all_nodes, cluster_label, trace, trace_label) = inputs(cfg, args)?;
     let nodes = experiment::scale_nodes(&all_nodes, args.scale);
     let saving = power_saving(args)?;
+    let queue = queue_order(args)?;
     let host = match args.host_power.as_str() {
         "sourced" => HostSpec::Sourced,
         w => match w.parse::<f64>() {
@@ -45,6 +47,7 @@ pub fn run(out: &mut impl Write, cfg: &Config, args: &SimulateArgs, load: f64) -
         users: args.users,
         host,
         saving,
+        queue,
         policies: if args.policies.is_empty() {
             NAMES.iter().map(|s| (*s).to_owned()).collect()
         } else {
@@ -80,6 +83,31 @@ pub fn run(out: &mut impl Write, cfg: &Config, args: &SimulateArgs, load: f64) -
             .with_context(|| format!("{}: cannot write", path.display()))?;
     }
     Ok(())
+}
+
+/// How Slurm orders the queue: multifactor with age weighted 1000 over 7 days, then
+/// `--slurm-conf`, then the options given.
+fn queue_order(args: &SimulateArgs) -> Result<QueueOrder> {
+    let mut q = QueueOrder::default();
+    if let Some(path) = &args.slurm_conf {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("{}: cannot read", path.display()))?;
+        // slurm.conf without PriorityType means Slurm's default, priority/basic.
+        q.multifactor = false;
+        q = q
+            .from_slurm_conf(&text, &path.display().to_string())
+            .map_err(|e| anyhow!(e))?;
+    }
+    match args.priority.as_deref() {
+        None => {}
+        Some(p) if p.eq_ignore_ascii_case("multifactor") => q.multifactor = true,
+        Some(p) if p.eq_ignore_ascii_case("basic") => q.multifactor = false,
+        Some(p) => bail!("--priority {p}: use multifactor or basic"),
+    }
+    if let Some(w) = args.priority_weight_age {
+        q.weight_age = f64::from(w);
+    }
+    Ok(q)
 }
 
 /// Slurm's power saving for the run: defaults (SuspendTime 600 s), then `--slurm-conf`, then
@@ -219,6 +247,24 @@ fn print(out: &mut impl Write, r: &Report, trace: &str, cluster: &str, scale: f6
                 row.policy, row.unstarted, row.unfinished, row.jobs
             )?;
         }
+    }
+    let queue = if r.queue.multifactor {
+        format!(
+            "priority/multifactor, PriorityWeightAge={:.0} over PriorityMaxAge={:.1} days",
+            r.queue.weight_age,
+            r.queue.max_age_s / 86_400.0
+        )
+    } else {
+        "priority/basic: first come, first served, site factors unused".to_owned()
+    };
+    writeln!(out, "queue order: {queue}")?;
+    for row in r.rows.iter().filter(|x| x.site_factor.nonzero > 0) {
+        let f = &row.site_factor;
+        writeln!(
+            out,
+            "site factor: {}: {} of {} started jobs nonzero; mean {:+.2}, 5-95% {:+}..{:+}, min {:+}, max {:+}",
+            row.policy, f.nonzero, f.jobs, f.mean, f.p05, f.p95, f.min, f.max
+        )?;
     }
     for row in r.rows.iter().filter(|x| x.killed > 0) {
         let plain = match row.killed_not_by_plain_slurm {

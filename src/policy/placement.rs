@@ -11,7 +11,7 @@
 //! 4. **decide**: the best candidate, the other types close enough to offer Slurm too, and the
 //!    priority adjustment (`priority`).
 
-use super::priority::nice_adjustment;
+use super::priority;
 use super::queue::TypeQueue;
 use super::score::{self, energy_cost, time_cost};
 use super::share::{ShareError, ShareJob, ShareParams, SharePlan, ShareSpec, optimize};
@@ -227,8 +227,9 @@ pub struct Decision {
     pub predicted_runtime_s: f64,
     pub predicted_energy_j: f64,
     pub score: f64,
-    /// Slurm nice adjustment (negative = higher priority), within ±nice_range.
-    pub nice: i32,
+    /// heshare's part of the job's priority, for Slurm's site factor (positive = sooner), within
+    /// ±priority_range.
+    pub site_factor: i32,
     pub class: String,
     pub energy_weight: f64,
     /// The slowdown bound the decision kept; the node helper keeps it when it re-optimises the
@@ -278,7 +279,7 @@ pub struct PlaceContext {
     /// Skip the `reason` text (formatting floats costs more than the decision on a quiet view).
     pub quiet: bool,
     /// Skip the priority adjustment (a second placement for jobs with options): for callers
-    /// that do not use `nice`, the simulator's omniscient heshare.
+    /// that do not use the site factor, the simulator's omniscient heshare.
     pub no_priority: bool,
     plans: rustc_hash::FxHashMap<PlanKey, Arc<Result<SharePlan, ShareError>>>,
     /// The config the plans belong to (its address: a cache must not outlive it).
@@ -401,7 +402,14 @@ pub fn place_slots(
             p.decision.predicted_energy_j
         })
     };
-    plan.decision.nice = nice_adjustment(cfg, plan.decision.predicted_energy_j, reference_energy);
+    let factor = priority::site_factor(cfg, plan.decision.predicted_energy_j, reference_energy);
+    // A request with the user's need (`--gres=mps:P --gpu-share=auto`, or such a job re-priced
+    // with the share heshare sized for it) is a share heshare sized.
+    plan.decision.site_factor = if req.demand_pct.is_some() {
+        priority::for_sized_share(factor)
+    } else {
+        factor
+    };
     Ok(plan)
 }
 
@@ -850,7 +858,7 @@ fn decide(cfg: &Config, cands: &[Candidate], job: &Job<'_>, quiet: bool) -> Deci
         predicted_runtime_s: best.predicted_runtime_s,
         predicted_energy_j: best.predicted_energy_j,
         score: best.score,
-        nice: 0,
+        site_factor: 0,
         class: job.class.name.clone(),
         energy_weight: job.weight,
         slowdown_bound: job.bound,

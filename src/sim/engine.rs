@@ -31,6 +31,7 @@
 
 use super::meter::{EnergyMeter, Facility, PowerState};
 use super::packing::{NodeRes, Pod};
+use super::priority::QueueOrder;
 use super::rng::SplitMix;
 use super::schedulers::{Placement, Scheduler, trace_share};
 use super::trace::TraceJob;
@@ -161,6 +162,8 @@ pub struct State<'a> {
     /// Bumped whenever a job arrives, starts or finishes, or a node changes power state: a
     /// scheduler that keeps a picture of the cluster knows when it must look again.
     pub version: u64,
+    /// How Slurm orders the waiting jobs (multifactor: age and the site factor).
+    pub queue: QueueOrder,
 }
 
 impl State<'_> {
@@ -385,6 +388,9 @@ pub struct RunMetrics {
     pub violations: usize,
     /// Powered-down nodes booted for a job.
     pub resumes: usize,
+    /// The site factor of every job that started, as it was when it started (0 for a
+    /// scheduler that sets none).
+    pub site_factors: Vec<i32>,
     pub errors: Vec<PredictionError>,
 }
 
@@ -458,6 +464,7 @@ pub fn build_state<'a>(
         view,
         now: 0.0,
         version: 0,
+        queue: QueueOrder::default(),
     }
 }
 
@@ -493,6 +500,7 @@ struct Run<'w> {
     off: usize,
     /// Jobs holding resources now.
     allocated: usize,
+    site_factors: Vec<i32>,
 }
 
 impl Run<'_> {
@@ -560,6 +568,7 @@ pub fn run(
         booting: 0,
         off: 0,
         allocated: 0,
+        site_factors: Vec::new(),
     };
     for j in 0..st.jobs.len() {
         let t = st.jobs[j].submit_s;
@@ -569,6 +578,7 @@ pub fn run(
         r.idle_from_now(st, n);
     }
     let mut waiting: VecDeque<usize> = VecDeque::new();
+    let mut order = QueueKeeper::default();
     let mut arrivals_left = st.jobs.len();
     let mut done = 0usize;
     let mut makespan = 0.0f64;
@@ -608,7 +618,11 @@ pub fn run(
         }
         st.now = t;
         let waiting_now: Vec<usize> = waiting.iter().copied().collect();
-        if sched.tick(st, &waiting_now) {
+        let changed = sched.tick(st, &waiting_now);
+        if sched.take_reordered() || order.stale(st, &waiting) {
+            order.sort(st, sched, &mut waiting);
+        }
+        if changed {
             start_waiting(st, sched, &mut r, &mut waiting, None, 100);
         }
         match ev {
@@ -618,7 +632,7 @@ pub fn run(
                 // does not delay the reservation of the first of them.
                 let res = waiting.front().and_then(|&h| reserve(st, h));
                 if !try_start(st, sched, &mut r, j, res) {
-                    waiting.push_back(j);
+                    order.insert(st, sched, &mut waiting, j);
                     st.version += 1;
                 }
             }
@@ -660,6 +674,63 @@ pub fn run(
         }
     }
     close(st, world, r, makespan)
+}
+
+/// Keeps the waiting queue in Slurm's priority order. Below `PriorityMaxAge` every job's age
+/// factor grows at the same rate, so the order only changes when a job arrives (put in its
+/// place), when site factors change (the scheduler says so), and once the oldest waiting job
+/// reaches the maximum age (from then on the queue is sorted at every event).
+#[derive(Debug, Default)]
+struct QueueKeeper {
+    /// Some waiting job had reached the maximum age at the last sort.
+    capped: bool,
+}
+
+impl QueueKeeper {
+    fn stale(&self, st: &State<'_>, waiting: &VecDeque<usize>) -> bool {
+        st.queue.multifactor
+            && (self.capped
+                || waiting
+                    .iter()
+                    .any(|&j| st.now - st.jobs[j].submit_s >= st.queue.max_age_s))
+    }
+
+    fn sort(&mut self, st: &State<'_>, sched: &dyn Scheduler, waiting: &mut VecDeque<usize>) {
+        st.queue.sort(
+            st.now,
+            waiting,
+            |j| st.jobs[j].submit_s,
+            |j| sched.site_factor(j),
+        );
+        self.capped = st.queue.multifactor
+            && waiting
+                .iter()
+                .any(|&j| st.now - st.jobs[j].submit_s >= st.queue.max_age_s);
+    }
+
+    /// Puts a newly waiting job `j` where its priority puts it (at the back when every job
+    /// has the same site factor: it is the youngest).
+    fn insert(
+        &mut self,
+        st: &State<'_>,
+        sched: &dyn Scheduler,
+        waiting: &mut VecDeque<usize>,
+        j: usize,
+    ) {
+        let q = st.queue;
+        let p = |k: usize| q.priority(st.now, st.jobs[k].submit_s, sched.site_factor(k));
+        let pj = p(j);
+        // The first job it outranks (strictly: among equals the older one stays ahead).
+        let at = if q.multifactor {
+            waiting.iter().position(|&k| p(k) < pj)
+        } else {
+            None
+        };
+        match at {
+            Some(i) => waiting.insert(i, j),
+            None => waiting.push_back(j),
+        }
+    }
 }
 
 /// Tries the first `depth` waiting jobs, in queue order (only those that could use `freed` when
@@ -942,6 +1013,7 @@ fn try_start(
         st.nodes[node].boot_until = t + resume;
         r.push(t + resume, Event::NodeUp(node));
     }
+    r.site_factors.push(sched.site_factor(j));
     let up = st.nodes[node].power == PowerState::Up;
     // A share beside another user's MPS server: the site's node rule runs it outside MPS.
     let native = !exclusive
@@ -1121,6 +1193,7 @@ fn close(st: &mut State<'_>, world: &World, r: Run<'_>, makespan: f64) -> RunMet
             .map(|(k, _)| k)
             .collect(),
         resumes: meter.resumes(),
+        site_factors: r.site_factors,
         meter,
         jct_s: st
             .jobs
@@ -1879,6 +1952,85 @@ mod tests {
             start(2),
             start(1)
         );
+    }
+
+    /// The queue is Slurm's priority order: under multifactor a waiting job with a larger site
+    /// factor goes ahead of older ones; under basic (first come, first served) it does not.
+    #[test]
+    fn the_site_factor_orders_the_queue_under_multifactor_only() {
+        struct Favour(usize);
+        impl Scheduler for Favour {
+            fn name(&self) -> &'static str {
+                "favour"
+            }
+            fn place(&mut self, st: &State<'_>, j: usize) -> Option<Placement> {
+                crate::sim::schedulers::SlurmExclusive.place(st, j)
+            }
+            fn site_factor(&self, j: usize) -> i32 {
+                if j == self.0 { 50 } else { 0 }
+            }
+        }
+        let (cfg, nodes, trace) = setup();
+        let t4 = cfg.gpu_type("t4").expect("t4");
+        let node: Vec<crate::cluster::Node> = nodes
+            .iter()
+            .filter(|n| n.gpu_type == Some(t4) && n.gpus == 2)
+            .take(1)
+            .cloned()
+            .collect();
+        let world = World::new(&cfg);
+        let mut jobs = generate_jobs(
+            &cfg,
+            &world,
+            &trace,
+            2,
+            &[t4],
+            WorkloadParams {
+                load: 0.5,
+                jobs: 4,
+                max_duration_s: 1000.0,
+                users: 1,
+                seed: 6,
+            },
+        );
+        // Four jobs that each take the whole node, one after the other.
+        let class = cfg.classes_of(JobKind::Training)[0];
+        for (k, j) in jobs.iter_mut().enumerate() {
+            j.class = class;
+            (j.num_gpus, j.gpu_milli) = (2, 1000);
+            (
+                j.pod.num_gpus,
+                j.pod.gpu_milli,
+                j.pod.cpu_milli,
+                j.pod.memory_mib,
+            ) = (2, 1000, 0, 0);
+            j.gpu_types = vec![];
+            j.limit_s = 10_000.0;
+            j.work_s = 100.0;
+            j.submit_s = [0.0, 1.0, 2.0, 3.0][k];
+        }
+        let order = |queue: QueueOrder| {
+            let mut st = build_state(&cfg, &node, jobs.clone());
+            st.queue = queue;
+            let fac = facility_of(&st, HostSpec::Sourced, saving(None));
+            let m = run(&mut st, &world, &mut Favour(3), fac, |_| {});
+            let mut by_start: Vec<usize> = (0..4).collect();
+            by_start.sort_by(|&a, &b| {
+                st.jobs[a]
+                    .start_s
+                    .expect("ran")
+                    .total_cmp(&st.jobs[b].start_s.expect("ran"))
+            });
+            (by_start, m.site_factors)
+        };
+        let (multi, factors) = order(QueueOrder::default());
+        assert_eq!(
+            multi,
+            [0, 3, 1, 2],
+            "the favoured job goes ahead of older ones"
+        );
+        assert_eq!(factors.iter().filter(|&&f| f == 50).count(), 1);
+        assert_eq!(order(QueueOrder::basic()).0, [0, 1, 2, 3]);
     }
 
     /// Regression: jobs a scheduler never started vanished from the metrics. They are counted.

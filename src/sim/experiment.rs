@@ -12,6 +12,7 @@
 use super::engine::{self, RunMetrics, WorkloadParams};
 use super::meter::{HostSpec, PowerSaving};
 use super::packing::{Pod, TypicalPods};
+use super::priority::QueueOrder;
 use super::schedulers::{self, NAMES, is_baseline};
 use super::trace::TraceJob;
 use super::world::World;
@@ -31,6 +32,8 @@ pub struct Spec {
     pub host: HostSpec,
     /// Slurm's power saving (off: every node always on).
     pub saving: PowerSaving,
+    /// How Slurm orders the queue (multifactor adds heshare's site factor).
+    pub queue: QueueOrder,
     pub policies: Vec<String>,
     pub threads: usize,
 }
@@ -99,13 +102,59 @@ pub struct SeedRun {
     pub utilisation: f64,
     pub violations: usize,
     pub resumes: usize,
+    /// The site factor of the jobs that started (0 for schedulers that set none).
+    pub site_factor: SiteFactorStats,
     pub energy_lower_bound_kwh: f64,
     /// Simulation speed (machine-dependent).
     pub sim_jobs_per_s: f64,
     #[serde(skip)]
     pub jct_s: Vec<f64>,
     #[serde(skip)]
+    pub site_factors: Vec<i32>,
+    #[serde(skip)]
     pub errors: Vec<engine::PredictionError>,
+}
+
+/// The spread of a scheduler's site factors over the jobs that started.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct SiteFactorStats {
+    pub jobs: usize,
+    pub nonzero: usize,
+    pub mean: f64,
+    pub p05: i32,
+    pub p95: i32,
+    pub min: i32,
+    pub max: i32,
+}
+
+impl SiteFactorStats {
+    pub fn of(factors: &[i32]) -> SiteFactorStats {
+        let mut v = factors.to_vec();
+        v.sort_unstable();
+        let at = |q: f64| -> i32 {
+            if v.is_empty() {
+                return 0;
+            }
+            #[allow(
+                clippy::cast_precision_loss,
+                clippy::cast_possible_truncation,
+                clippy::cast_sign_loss
+            )]
+            let i = ((v.len() - 1) as f64 * q).round() as usize;
+            v[i.min(v.len() - 1)]
+        };
+        #[allow(clippy::cast_precision_loss)]
+        let mean = v.iter().map(|&x| f64::from(x)).sum::<f64>() / v.len().max(1) as f64;
+        SiteFactorStats {
+            jobs: v.len(),
+            nonzero: v.iter().filter(|&&x| x != 0).count(),
+            mean,
+            p05: at(0.05),
+            p95: at(0.95),
+            min: v.first().copied().unwrap_or(0),
+            max: v.last().copied().unwrap_or(0),
+        }
+    }
 }
 
 /// One scheduler over all seeds (means over seeds, JCT percentiles over all jobs, counts summed).
@@ -136,6 +185,7 @@ pub struct PolicyRow {
     pub utilisation: f64,
     pub violations: usize,
     pub resumes: usize,
+    pub site_factor: SiteFactorStats,
     pub sim_jobs_per_s: f64,
 }
 
@@ -175,6 +225,7 @@ pub struct Report {
     pub nodes: usize,
     pub host: String,
     pub saving: PowerSaving,
+    pub queue: QueueOrder,
     pub snapshot_period_s: f64,
     pub rows: Vec<PolicyRow>,
     /// heshare as it ships against the best baseline.
@@ -264,6 +315,7 @@ pub fn run(
                         };
                         let jobs = engine::generate_jobs(cfg, world, trace, gpus, present, wl);
                         let mut st = engine::build_state(cfg, nodes, jobs);
+                        st.queue = spec.queue;
                         let facility = engine::facility_of(&st, spec.host, spec.saving);
                         // The bound is the workload's, the same for every scheduler of a seed.
                         let bound =
@@ -388,6 +440,8 @@ fn summarise(
             resumes: m.resumes,
             energy_lower_bound_kwh: bound(d.seed) / 3.6e6,
             sim_jobs_per_s: m.jobs as f64 / d.secs.max(1e-9),
+            site_factor: SiteFactorStats::of(&m.site_factors),
+            site_factors: m.site_factors.clone(),
             jct_s: jct,
             errors: m.errors.clone(),
         });
@@ -430,6 +484,11 @@ fn summarise(
             utilisation: mean(&|r| r.utilisation),
             violations: rs.iter().map(|r| r.violations).sum(),
             resumes: rs.iter().map(|r| r.resumes).sum(),
+            site_factor: SiteFactorStats::of(
+                &rs.iter()
+                    .flat_map(|r| r.site_factors.iter().copied())
+                    .collect::<Vec<_>>(),
+            ),
             sim_jobs_per_s: mean(&|r| r.sim_jobs_per_s),
         });
     }
@@ -532,6 +591,7 @@ fn summarise(
             HostSpec::Flat(w) => format!("flat {:.0} W per awake node", w.0),
         },
         saving: spec.saving,
+        queue: spec.queue,
         snapshot_period_s: cfg.live.snapshot_period_s,
         rows,
         shipped,

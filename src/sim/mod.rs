@@ -6,6 +6,7 @@ pub mod engine;
 pub mod experiment;
 pub mod meter;
 pub mod packing;
+pub mod priority;
 pub mod rng;
 pub mod schedulers;
 pub mod trace;

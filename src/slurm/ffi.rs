@@ -59,7 +59,10 @@ unsafe extern "C" {
     fn hs_job_prefer(desc: *mut c_void) -> *mut *mut c_char;
     fn hs_job_spank_env(desc: *mut c_void) -> *mut *mut *mut c_char;
     fn hs_job_spank_env_size(desc: *mut c_void) -> *mut u32;
+    // heshare leaves nice to the user; the tests check it does.
+    #[cfg(test)]
     fn hs_job_nice(desc: *mut c_void) -> *mut u32;
+    fn hs_job_site_factor(desc: *mut c_void) -> *mut u32;
     fn hs_nice_offset() -> u32;
     fn hs_no_val() -> u32;
     fn hs_infinite() -> u32;
@@ -288,7 +291,12 @@ fn load() -> Result<Loaded, String> {
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|| "/etc/slurm/slurm.conf".into());
     let mut site = match std::fs::read_to_string(&slurm_conf) {
-        Ok(text) => site_of(&text, &cfg, &slurm_conf)?,
+        Ok(text) => {
+            if let Some(w) = crate::config::priority_warning(&text, &cfg) {
+                log::warn!("heshare: {}: {w}", slurm_conf.display());
+            }
+            site_of(&text, &cfg, &slurm_conf)?
+        }
         Err(_) => Site::default(),
     };
     // No typed GPUs to go by: every catalog type, with no per-node limit known.
@@ -531,6 +539,8 @@ fn submit(desc: *mut c_void, submit_uid: u32, err_msg: *mut *mut c_char) -> c_in
             && v.pn_min_memory > 0
             && v.pn_min_memory & per_cpu == 0)
             .then_some(v.pn_min_memory),
+        asked: None,
+        demand_pct: None,
     };
     let cfg = Arc::clone(&loaded.cfg);
     match decide_with(&cfg, &loaded.site, live_view, &sub, &mut loaded.ctx) {
@@ -547,7 +557,7 @@ fn submit(desc: *mut c_void, submit_uid: u32, err_msg: *mut *mut c_char) -> c_in
         }
         Verdict::Rewrite(r) => {
             // SAFETY: desc is live; each field address comes from the shim and each string
-            // from Slurm's allocator; nice is a plain u32 field.
+            // from Slurm's allocator; site_factor is a plain u32 field.
             unsafe {
                 let field = if r.per_job {
                     hs_job_tres_per_job(desc)
@@ -566,15 +576,11 @@ fn submit(desc: *mut c_void, submit_uid: u32, err_msg: *mut *mut c_char) -> c_in
                     &merge_admin_comment(existing_comment.as_deref(), &r.admin_comment),
                 );
                 h.push_env(desc, &r.spank_env);
-                let nice = hs_job_nice(desc);
+                // heshare's priority goes into the site factor, which only the plugin sets at
+                // submission and only operators change later: the user's nice stays theirs.
                 let offset = i64::from(hs_nice_offset());
-                let current = if *nice == hs_no_val() {
-                    0
-                } else {
-                    i64::from(*nice) - offset
-                };
-                *nice =
-                    u32::try_from(offset + current + i64::from(r.nice)).unwrap_or(hs_nice_offset());
+                *hs_job_site_factor(desc) =
+                    u32::try_from(offset + i64::from(r.site_factor)).unwrap_or(hs_nice_offset());
             }
             let constraint = r
                 .features
@@ -587,10 +593,10 @@ fn submit(desc: *mut c_void, submit_uid: u32, err_msg: *mut *mut c_char) -> c_in
                 })
                 .unwrap_or_default();
             log::info!(
-                "heshare: uid {user}: {} -> {}{constraint} nice {:+}; {}",
+                "heshare: uid {user}: {} -> {}{constraint} site factor {:+}; {}",
                 tres.unwrap_or_default(),
                 r.tres,
-                r.nice,
+                r.site_factor,
                 r.admin_comment
             );
             SLURM_SUCCESS
@@ -822,6 +828,7 @@ mod tests {
                         .wrapping_add(u32::try_from(rng.below(200)).unwrap_or(0))
                         .wrapping_sub(100);
                 }
+                let nice_in = *hs_job_nice(d);
                 let mut err: *mut c_char = std::ptr::null_mut();
                 let rc = job_submit(d, 1000, &mut err);
                 assert!(
@@ -843,12 +850,15 @@ mod tests {
                     let now = c_str(*tres);
                     let ask = super::super::request::parse_tres_per_node(now.as_deref());
                     assert!(matches!(ask, Ok(Some(_))), "{now:?}");
-                    let nice = *hs_job_nice(d);
+                    // The site factor is heshare's, within its range; the user's nice is
+                    // left as it came.
+                    let site = *hs_job_site_factor(d);
                     assert!(
-                        nice != hs_no_val()
-                            && (i64::from(nice) - i64::from(hs_nice_offset())).abs() <= 200,
-                        "nice {nice}"
+                        site != hs_no_val()
+                            && (i64::from(site) - i64::from(hs_nice_offset())).abs() <= 100,
+                        "site factor {site}"
                     );
+                    assert_eq!(*hs_job_nice(d), nice_in, "the user's nice changed");
                     rewritten += 1;
                 }
                 let size = *hs_job_spank_env_size(d) as usize;

@@ -13,7 +13,7 @@
 
 use super::bindings as b;
 use super::request::{
-    Live, PendingJob, Site, merge_admin_comment, parse_tres_per_node, read_admin_comment, reroute,
+    Live, PendingJob, Site, merge_admin_comment, parse_tres_per_node, read_admin_comment, revisit,
 };
 use super::snapshot::{
     Holding, JobGres, NodeInfo, Pending, Snapshot, constraint_types, job_gres, node_gpus,
@@ -128,6 +128,7 @@ struct Stats {
     client_calls: AtomicU64,
     client_calls_in_submit: AtomicU64,
     moved: AtomicU64,
+    repriced: AtomicU64,
     last_build_us: AtomicU64,
 }
 
@@ -137,6 +138,7 @@ static STATS: Stats = Stats {
     client_calls: AtomicU64::new(0),
     client_calls_in_submit: AtomicU64::new(0),
     moved: AtomicU64::new(0),
+    repriced: AtomicU64::new(0),
     last_build_us: AtomicU64::new(0),
 };
 
@@ -299,8 +301,8 @@ fn run(generation: u64, source: Source) {
                         max_age_s: cfg.live.snapshot_max_age_s,
                     };
                     for (job_id, job, comment) in pending {
-                        if let Some(r) = reroute(&cfg, &site, live, &job, &mut ctx) {
-                            apply_move(&client, &cfg, job_id, &job, &r, &comment);
+                        if let Some(r) = revisit(&cfg, &site, live, &job, &mut ctx) {
+                            apply(&client, &cfg, job_id, &job, &r, &comment);
                         }
                     }
                 }
@@ -334,7 +336,7 @@ fn run(generation: u64, source: Source) {
 pub fn log_status() {
     let age = current().map(|s| (now_s() - s.taken_at_s).max(0.0));
     log::info!(
-        "heshare: snapshot thread: {} snapshots (last built in {} us, {}), {} failed reads, {} client calls, {} inside job_submit, {} pending jobs moved",
+        "heshare: snapshot thread: {} snapshots (last built in {} us, {}), {} failed reads, {} client calls, {} inside job_submit, {} pending jobs moved, {} re-priced",
         STATS.snapshots.load(Ordering::Relaxed),
         STATS.last_build_us.load(Ordering::Relaxed),
         age.map_or("none yet".to_owned(), |a| format!("{a:.0} s old")),
@@ -342,6 +344,7 @@ pub fn log_status() {
         STATS.client_calls.load(Ordering::Relaxed),
         STATS.client_calls_in_submit.load(Ordering::Relaxed),
         STATS.moved.load(Ordering::Relaxed),
+        STATS.repriced.load(Ordering::Relaxed),
     );
 }
 
@@ -587,24 +590,41 @@ unsafe fn read_jobs(
                 gpus: per_node * f64::from(j.num_nodes.max(1)),
             });
             let waiting = u32::from(j.state_reason);
-            let movable = waiting == b::job_state_reason_WAIT_RESOURCES
+            let waits_for_room = waiting == b::job_state_reason_WAIT_RESOURCES
                 || waiting == b::job_state_reason_WAIT_PRIORITY;
-            // Only jobs whose types are features can move (their GRES is untyped).
+            // Only jobs whose types are features can move (their GRES is untyped); any pending
+            // job heshare placed is re-priced.
             let feature_form = ask.gpu_type.is_none() && !by_feature.is_empty();
-            if let (Some(d), true, true) = (decided, movable && feature_form, j.priority != 0) {
-                let (class, policy, offered) = (d.class, d.policy, d.types);
+            let typed = ask
+                .gpu_type
+                .as_deref()
+                .and_then(|t| cfg.resolve_gpu_type(t));
+            if let (Some(d), true) = (decided, j.priority != 0) {
+                if !(feature_form || typed.is_some()) {
+                    continue;
+                }
+                let now = i64::from(j.site_factor) - i64::from(b::NICE_OFFSET);
                 let job = PendingJob {
-                    class,
+                    class: d.class,
                     user: j.user_id.to_string(),
                     gpus: ask.gpus,
                     mps_pct: ask.mps_pct.and_then(|p| u8::try_from(p).ok()),
-                    energy_policy: policy,
+                    energy_policy: d.policy,
                     time_limit_s: limit_s,
                     cpus: (j.num_cpus > 0 && j.num_nodes <= 1).then_some(j.num_cpus),
                     memory_mib: (j.pn_min_memory > 0 && j.pn_min_memory & MEM_PER_CPU == 0)
                         .then_some(j.pn_min_memory),
-                    offered,
+                    offered: if feature_form {
+                        d.types
+                    } else {
+                        typed.into_iter().collect()
+                    },
                     form: ask.form,
+                    movable: feature_form && waits_for_room,
+                    asked: d.asked,
+                    demand_pct: d.demand_pct,
+                    // The factor on the job is heshare's only while it is the one heshare set.
+                    site_factor: d.site_factor.filter(|&f| i64::from(f) == now),
                 };
                 ours.push((j.priority, j.job_id, (j.job_id, job, comment)));
             }
@@ -617,15 +637,17 @@ unsafe fn read_jobs(
     (holdings, pending, ours)
 }
 
-/// Moves a pending job to its new offer: its features, preference and AdminComment change in one
-/// update (the GRES stays: on 22.05 changing a pending job's GPU type leaves the old type
-/// required beside the new one, and the job never runs).
-fn apply_move(
+/// Applies what re-deciding a pending job found, in one update: its features, preference and
+/// AdminComment when its offer moved (the GRES stays: on 22.05 changing a pending job's GPU type
+/// leaves the old type required beside the new one, and the job never runs), its site factor
+/// when its price changed. Slurm uses a new site factor from its next priority calculation
+/// (`PriorityCalcPeriod`).
+fn apply(
     client: &Client,
     cfg: &Config,
     job_id: u32,
     job: &PendingJob,
-    r: &super::request::Rewrite,
+    r: &super::request::Revisit,
     comment: &str,
 ) {
     let names = |v: &[usize]| {
@@ -634,32 +656,58 @@ fn apply_move(
             .collect::<Vec<_>>()
             .join("|")
     };
-    let comment = merge_admin_comment(Some(comment), &r.admin_comment);
-    let features = CString::new(r.features.clone().unwrap_or_default()).unwrap_or_default();
-    let prefer = CString::new(r.prefer.clone().unwrap_or_default()).unwrap_or_default();
+    let w = &r.rewrite;
+    let comment = merge_admin_comment(Some(comment), &w.admin_comment);
+    let features = CString::new(w.features.clone().unwrap_or_default()).unwrap_or_default();
+    let prefer = CString::new(w.prefer.clone().unwrap_or_default()).unwrap_or_default();
     let comment = CString::new(comment).unwrap_or_default();
+    let site =
+        u32::try_from(i64::from(b::NICE_OFFSET) + i64::from(w.site_factor)).unwrap_or(b::NO_VAL);
     // SAFETY: a zeroed job description initialised by Slurm's own function, then pointed at
     // strings that outlive the call; slurm_update_job only reads it. An empty prefer clears it.
     let rc = call(|| unsafe {
         let mut d: b::job_desc_msg_t = std::mem::zeroed();
         (client.init_desc)(&mut d);
         d.job_id = job_id;
-        d.features = features.as_ptr().cast_mut();
-        d.prefer = prefer.as_ptr().cast_mut();
+        if r.moved {
+            d.features = features.as_ptr().cast_mut();
+            d.prefer = prefer.as_ptr().cast_mut();
+        }
+        if r.repriced {
+            d.site_factor = site;
+        }
         d.admin_comment = comment.as_ptr().cast_mut();
         (client.update_job)(&mut d)
     });
-    if rc == 0 {
-        STATS.moved.fetch_add(1, Ordering::Relaxed);
-        log::info!(
-            "heshare: job {job_id}: pending on {}, offered {} now",
+    let what = match (r.moved, r.repriced) {
+        (true, true) => format!(
+            "pending on {}, offered {} now, site factor {:+} now",
             names(&job.offered),
-            names(&r.offered),
-        );
+            names(&w.offered),
+            w.site_factor
+        ),
+        (true, false) => format!(
+            "pending on {}, offered {} now",
+            names(&job.offered),
+            names(&w.offered)
+        ),
+        _ => format!(
+            "site factor {:+} now (was {:+})",
+            w.site_factor,
+            job.site_factor.unwrap_or(0)
+        ),
+    };
+    if rc == 0 {
+        if r.moved {
+            STATS.moved.fetch_add(1, Ordering::Relaxed);
+        }
+        if r.repriced {
+            STATS.repriced.fetch_add(1, Ordering::Relaxed);
+        }
+        log::info!("heshare: job {job_id}: {what}");
     } else {
         log::error!(
-            "heshare: job {job_id}: moving it to {} failed: {}",
-            names(&r.offered),
+            "heshare: job {job_id}: updating it ({what}) failed: {}",
             client.last_error()
         );
     }

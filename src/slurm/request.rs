@@ -229,6 +229,11 @@ pub struct Submission<'a> {
     /// is never offered.
     pub cpus: Option<u32>,
     pub memory_mib: Option<u64>,
+    /// Re-pricing a pending job whose GRES is heshare's rewrite already: the share its user's
+    /// GRES asked at submission (the priority's yardstick) and the need the user gave
+    /// (`--gres=mps:P --gpu-share=auto`), read back from AdminComment.
+    pub asked: Option<ShareRequest>,
+    pub demand_pct: Option<u8>,
 }
 
 impl<'a> Submission<'a> {
@@ -244,6 +249,8 @@ impl<'a> Submission<'a> {
             prefer: None,
             cpus: None,
             memory_mib: None,
+            asked: None,
+            demand_pct: None,
         }
     }
 }
@@ -257,8 +264,9 @@ pub struct Rewrite {
     /// New `features` (required constraint) and `prefer` (soft) values; `None` leaves the field.
     pub features: Option<String>,
     pub prefer: Option<String>,
-    /// Slurm nice adjustment (the plugin adds NICE_OFFSET).
-    pub nice: i32,
+    /// heshare's part of the job's priority, for Slurm's site factor (the plugin adds
+    /// NICE_OFFSET; positive = sooner).
+    pub site_factor: i32,
     /// heshare's part of AdminComment (`merge_admin_comment` keeps what others wrote).
     pub admin_comment: String,
     /// `HESHARE_*=value` entries for spank_job_env (the Prolog sees them as SPANK_HESHARE_*).
@@ -322,12 +330,13 @@ pub fn decide_with(
     }
     // The share the GRES itself asks for: what the job gets without heshare's options, and the
     // priority adjustment's yardstick.
-    let asked = match ask.mps_pct {
-        Some(p) => match u8::try_from(p).ok().and_then(SharePct::new) {
+    let asked = match (sub.asked, ask.mps_pct) {
+        (Some(a), _) => a,
+        (None, Some(p)) => match u8::try_from(p).ok().and_then(SharePct::new) {
             Some(s) => ShareRequest::Pct(s),
             None => return Verdict::PassThrough,
         },
-        None => ShareRequest::Exclusive,
+        (None, None) => ShareRequest::Exclusive,
     };
     let share = match opts
         .gpu_share
@@ -395,10 +404,10 @@ pub fn decide_with(
         reference_share: Some(asked),
         // `--gres=mps:P --gpu-share=auto`: the user's P is what the job needs of a reference
         // GPU; heshare sizes the share for it on whichever type it picks.
-        demand_pct: match (ask.mps_pct, share) {
+        demand_pct: sub.demand_pct.or(match (ask.mps_pct, share) {
             (Some(p), ShareRequest::Auto) => u8::try_from(p).ok().filter(|p| (1..=100).contains(p)),
             _ => None,
-        },
+        }),
     };
     // A job heshare's model cannot place within its bound still runs as its user asked: a
     // prediction is no reason to refuse work.
@@ -418,7 +427,7 @@ pub fn decide_with(
         cfg,
         ask,
         &plan,
-        (&class, req.demand_pct),
+        (&class, req.demand_pct, asked),
         &offered,
         by_feature,
         live,
@@ -554,7 +563,7 @@ fn rewrite(
     cfg: &Config,
     ask: &GpuAsk,
     plan: &Plan,
-    (class, demand_pct): (&str, Option<u8>),
+    (class, demand_pct, asked): (&str, Option<u8>, ShareRequest),
     offered: &[usize],
     by_feature: bool,
     live: Live<'_>,
@@ -637,13 +646,19 @@ fn rewrite(
         per_job: ask.per_job,
         features: by_feature.then(|| types.clone()),
         prefer: (by_feature && many).then(|| d.gpu_type.clone()),
-        nice: d.nice,
+        site_factor: d.site_factor,
         admin_comment: format!(
-            "heshare: type={types}{prefer_note} share={share} clock={} class={class} policy={policy}{} {} reason={reason}",
+            "heshare: type={types}{prefer_note} share={share} clock={} class={class} policy={policy}{} asked={}{} site={:+} {} reason={reason}",
             d.sm_clock_mhz,
             d.limit_type
                 .as_deref()
                 .map_or(String::new(), |t| format!(" limit={t}")),
+            match asked {
+                ShareRequest::Pct(p) => p.get().to_string(),
+                ShareRequest::Exclusive | ShareRequest::Auto => "whole".to_owned(),
+            },
+            demand_pct.map_or(String::new(), |p| format!(" demand={p}")),
+            d.site_factor,
             live.describe()
         ),
         spank_env,
@@ -680,10 +695,19 @@ pub struct PendingJob {
     pub time_limit_s: Option<f64>,
     pub cpus: Option<u32>,
     pub memory_mib: Option<u64>,
-    /// The types its features offer now, best first (a job whose GRES names a type is not a
-    /// pending job heshare can move).
+    /// The types its features offer now, best first; for a job whose GRES names its type (which
+    /// heshare never moves), that type alone.
     pub offered: Vec<usize>,
     pub form: TresForm,
+    /// Whether its GRES is untyped and its types are features, so that a new offer can move it.
+    pub movable: bool,
+    /// The share its user's GRES asked at submission and the need the user gave, from
+    /// AdminComment (`None` for a job decided before heshare recorded them: never re-priced).
+    pub asked: Option<ShareRequest>,
+    pub demand_pct: Option<u8>,
+    /// heshare's site factor on the job now; `None` when the job's site factor is not the one
+    /// heshare set (an operator changed it), which heshare then leaves alone.
+    pub site_factor: Option<i32>,
 }
 
 /// heshare's part of an AdminComment, read back.
@@ -695,6 +719,11 @@ pub struct Decided {
     pub types: Vec<usize>,
     /// The type the job's time limit was taken to be written for.
     pub limit_type: Option<usize>,
+    /// The share its user's GRES asked (`asked=P` or `asked=whole`), the need the user gave
+    /// (`demand=P`) and the site factor heshare set (`site=+N`).
+    pub asked: Option<ShareRequest>,
+    pub demand_pct: Option<u8>,
+    pub site_factor: Option<i32>,
 }
 
 /// Reads heshare's part of an AdminComment back (see [`Decided`]). `None` if heshare did not
@@ -709,8 +738,24 @@ pub fn read_admin_comment(cfg: &Config, comment: &str) -> Option<Decided> {
     let mut types = Vec::new();
     let mut prefer = None;
     let mut limit_type = None;
+    let mut asked = None;
+    let mut demand_pct = None;
+    let mut site_factor = None;
     for w in ours.split_whitespace() {
-        if let Some(v) = w.strip_prefix("class=") {
+        if let Some(v) = w.strip_prefix("asked=") {
+            asked = if v == "whole" {
+                Some(ShareRequest::Exclusive)
+            } else {
+                v.parse::<u8>()
+                    .ok()
+                    .and_then(SharePct::new)
+                    .map(ShareRequest::Pct)
+            };
+        } else if let Some(v) = w.strip_prefix("demand=") {
+            demand_pct = v.parse::<u8>().ok().filter(|p| (1..=100).contains(p));
+        } else if let Some(v) = w.strip_prefix("site=") {
+            site_factor = v.parse::<i32>().ok();
+        } else if let Some(v) = w.strip_prefix("class=") {
             class = Some(v.to_owned());
         } else if let Some(v) = w.strip_prefix("limit=") {
             limit_type = cfg.gpu_type(v);
@@ -733,24 +778,45 @@ pub fn read_admin_comment(cfg: &Config, comment: &str) -> Option<Decided> {
         policy,
         types,
         limit_type,
+        asked,
+        demand_pct,
+        site_factor,
     })
 }
 
-/// Re-decides a pending job on a newer view. `Some` when the types it should be offered differ
-/// from those it is offered now (a set or a best type that changed), with the rewrite to apply:
-/// its features and preference only. The share size and the kind of request (whole GPUs or a
-/// share) stay as Slurm holds them, and a job whose GRES names its type is never moved.
-pub fn reroute(
+/// What re-deciding a pending job on a newer view asks Slurm to change.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Revisit {
+    /// The decision on the newer view (its features, preference and AdminComment).
+    pub rewrite: Rewrite,
+    /// The types it should be offered differ from those it is offered now (a set or a best
+    /// type that changed): its features and preference change. Only for a movable job.
+    pub moved: bool,
+    /// heshare's site factor for it changed: the energy its offer costs against its request as
+    /// asked is not what it was when the factor was set.
+    pub repriced: bool,
+}
+
+/// Re-decides a pending job on a newer view. `Some` when Slurm should change something: the
+/// offer (a movable job only: the share size and the kind of request stay as Slurm holds them,
+/// and a job whose GRES names its type is never moved) or the site factor.
+pub fn revisit(
     cfg: &Config,
     site: &Site,
     live: Live<'_>,
     job: &PendingJob,
     ctx: &mut PlaceContext,
-) -> Option<Rewrite> {
+) -> Option<Revisit> {
     live.fresh()?;
+    let typed = (!job.movable)
+        .then(|| job.offered.first().copied())
+        .flatten();
+    if !job.movable && typed.is_none() {
+        return None;
+    }
     let ask = GpuAsk {
         gpus: job.gpus,
-        gpu_type: None,
+        gpu_type: typed.map(|t| cfg.gpu_types[t].name.clone()),
         mps_pct: job.mps_pct.map(u32::from),
         form: job.form,
         others: vec![],
@@ -775,22 +841,37 @@ pub fn reroute(
         time_limit_s: job.time_limit_s,
         cpus: job.cpus,
         memory_mib: job.memory_mib,
+        // Priced against the request as its user asked it, not as heshare rewrote it.
+        asked: job.asked,
+        demand_pct: job.demand_pct,
         ..Submission::new(Some(&ask), &opts, &job.user)
     };
-    match decide_with(cfg, site, live, &sub, ctx) {
-        Verdict::Rewrite(r) if r.features.is_some() => {
-            let same_set = {
-                let mut a = r.offered.clone();
-                let mut b = job.offered.clone();
-                a.sort_unstable();
-                b.sort_unstable();
-                a == b
-            };
-            let same_best = r.offered.first() == job.offered.first();
-            (!(same_set && same_best)).then_some(r)
+    let Verdict::Rewrite(mut r) = decide_with(cfg, site, live, &sub, ctx) else {
+        return None;
+    };
+    let moved = job.movable && r.features.is_some() && {
+        let mut a = r.offered.clone();
+        let mut b = job.offered.clone();
+        a.sort_unstable();
+        b.sort_unstable();
+        a != b || r.offered.first() != job.offered.first()
+    };
+    // Without the request as asked there is no yardstick: such a job keeps its factor.
+    let repriced = job.asked.is_some() && job.site_factor.is_some_and(|f| f != r.site_factor);
+    if !repriced {
+        if let Some(f) = job.site_factor {
+            r.site_factor = f;
         }
-        _ => None,
     }
+    if !moved {
+        r.features = None;
+        r.prefer = None;
+    }
+    (moved || repriced).then_some(Revisit {
+        rewrite: r,
+        moved,
+        repriced,
+    })
 }
 
 #[cfg(test)]
@@ -939,8 +1020,9 @@ mod tests {
             r.admin_comment
         );
         assert!(
-            r.admin_comment
-                .contains(" class=vit-infer policy=balanced snapshot=none reason="),
+            r.admin_comment.contains(
+                " class=vit-infer policy=balanced asked=whole site=+0 snapshot=none reason="
+            ),
             "{}",
             r.admin_comment
         );
@@ -952,7 +1034,7 @@ mod tests {
         assert!(r.spank_env.contains(&"HESHARE_CLASS=vit-infer".to_owned()));
         assert!(r.spank_env.contains(&"HESHARE_GPU_TYPE=t4".to_owned()));
         // Alone on its GPU a share costs what a whole GPU does: no adjustment.
-        assert_eq!(r.nice, 0);
+        assert_eq!(r.site_factor, 0);
         // The same job without --gpu-share keeps whole GPUs and its priority.
         let plain = opts("vit-infer", None);
         let r = rewrite_of(decide(
@@ -962,7 +1044,7 @@ mod tests {
             &Submission::new(ask.as_ref(), &plain, "alice"),
         ));
         assert!(r.tres.starts_with("gres:gpu:"), "{}", r.tres);
-        assert_eq!(r.nice, 0, "a class alone is no queue jump");
+        assert_eq!(r.site_factor, 0, "a class alone is no queue jump");
     }
 
     #[test]
@@ -981,7 +1063,7 @@ mod tests {
             "srun's step asks for gpu, so the job keeps gpu: {}",
             r.tres
         );
-        assert_eq!(r.nice, 0);
+        assert_eq!(r.site_factor, 0);
     }
 
     #[test]
@@ -1279,9 +1361,9 @@ mod tests {
         ));
         assert!(r.mps_pct.is_some(), "{r:?}");
         assert!(
-            r.nice < 0,
+            r.site_factor > 0,
             "sharing a GPU saves its idle power: {} {r:?}",
-            r.nice
+            r.site_factor
         );
         // Another user's job there: the share runs outside MPS, time-sliced with that user's
         // server; two light services fit in the GPU's time, so the saving holds. Where the site
@@ -1305,7 +1387,7 @@ mod tests {
             live,
             &Submission::new(ask.as_ref(), &auto, "1000"),
         ));
-        assert!(r.nice < 0, "{}", r.nice);
+        assert!(r.site_factor > 0, "{}", r.site_factor);
         let mut waits = cfg.clone();
         waits.policy.allow_cross_user_sharing = false;
         let r = rewrite_of(decide(
@@ -1314,7 +1396,7 @@ mod tests {
             live,
             &Submission::new(ask.as_ref(), &auto, "1000"),
         ));
-        assert!(r.nice >= 0, "{}", r.nice);
+        assert!(r.site_factor <= 0, "{}", r.site_factor);
     }
 
     fn mine_job(class: usize) -> PlacedJob {
@@ -1471,17 +1553,164 @@ mod tests {
             memory_mib: None,
             offered: vec![a100],
             form: TresForm::Colon,
+            movable: true,
+            asked: Some(ShareRequest::Exclusive),
+            demand_pct: None,
+            site_factor: Some(0),
         };
         let mut ctx = PlaceContext::default();
-        let r = reroute(&cfg, &site, live, &job, &mut ctx).expect("moved");
-        assert_ne!(r.offered.first(), Some(&a100), "{r:?}");
+        let r = revisit(&cfg, &site, live, &job, &mut ctx).expect("moved");
+        assert!(r.moved && !r.repriced, "{r:?}");
+        assert_ne!(r.rewrite.offered.first(), Some(&a100), "{r:?}");
+        assert!(r.rewrite.features.is_some());
         // Re-deciding the new offer changes nothing: no churn.
         let moved = PendingJob {
-            offered: r.offered.clone(),
+            offered: r.rewrite.offered.clone(),
             ..job.clone()
         };
-        assert_eq!(reroute(&cfg, &site, live, &moved, &mut ctx), None);
+        assert_eq!(revisit(&cfg, &site, live, &moved, &mut ctx), None);
         // Without a fresh snapshot nothing moves.
-        assert_eq!(reroute(&cfg, &site, Live::NONE, &job, &mut ctx), None);
+        assert_eq!(revisit(&cfg, &site, Live::NONE, &job, &mut ctx), None);
+    }
+
+    /// A pending job's site factor follows what its offer costs on the current view against
+    /// its request as asked; one an operator set is left alone, and a typed job is re-priced
+    /// but never moved.
+    #[test]
+    fn a_pending_job_is_re_priced_and_an_operators_factor_is_kept() {
+        // A site weighing energy at 0.5 (at the shipped 0.1 speed decides nearly alone, and the
+        // option below costs nothing more).
+        let mut cfg = cfg();
+        cfg.policy.energy_weight = 0.5;
+        let site = local_site(&cfg);
+        let nodes = local_nodes(&cfg);
+        let idle = Snapshot::build(&cfg, 0.0, &nodes, &[], &[]);
+        let live = Live {
+            snapshot: Some(&idle),
+            now_s: 0.0,
+            max_age_s: 60.0,
+        };
+        // Half a GPU asked, to run as fast as it can: an a100, where without the option a v100
+        // would do for less energy.
+        let ask = parse_tres_per_node(Some("gres:mps:50")).expect("ok");
+        let fast = Options {
+            energy_policy: Some("performance".into()),
+            ..opts("llm-infer", None)
+        };
+        let submitted = rewrite_of(decide(
+            &cfg,
+            &site,
+            live,
+            &Submission::new(ask.as_ref(), &fast, "1000"),
+        ));
+        assert_eq!(submitted.offered, vec![cfg.gpu_type("a100").expect("a100")]);
+        assert!(submitted.site_factor < 0, "{submitted:?}");
+        // What the snapshot thread reads back of it.
+        let d = read_admin_comment(&cfg, &submitted.admin_comment).expect("heshare's");
+        let job = PendingJob {
+            class: d.class,
+            user: "1000".into(),
+            gpus: submitted.gpus,
+            mps_pct: submitted.mps_pct,
+            energy_policy: d.policy,
+            time_limit_s: None,
+            cpus: None,
+            memory_mib: None,
+            offered: d.types,
+            form: TresForm::Colon,
+            movable: submitted.features.is_some(),
+            asked: d.asked,
+            demand_pct: d.demand_pct,
+            site_factor: d.site_factor,
+        };
+        let mut ctx = PlaceContext::default();
+        // The same view: nothing to re-price.
+        assert_eq!(revisit(&cfg, &site, live, &job, &mut ctx), None);
+        // The cluster changes: both v100s are taken for hours. The half GPU asked would now
+        // wait or take an a100 too: the option costs no more than the request as asked.
+        let busy = [
+            hold("hv100", 0, "2000", 7200.0),
+            hold("hv100", 1, "2000", 7200.0),
+        ];
+        let snap = Snapshot::build(&cfg, 0.0, &nodes, &busy, &[]);
+        let live = Live {
+            snapshot: Some(&snap),
+            ..live
+        };
+        let r = revisit(&cfg, &site, live, &job, &mut ctx).expect("re-priced");
+        assert!(r.repriced, "{r:?}");
+        assert!(
+            r.rewrite.site_factor > submitted.site_factor,
+            "{} then {}",
+            submitted.site_factor,
+            r.rewrite.site_factor
+        );
+        if !r.moved {
+            assert!(r.rewrite.features.is_none() && r.rewrite.prefer.is_none());
+        }
+        assert!(
+            r.rewrite
+                .admin_comment
+                .contains(&format!(" site={:+} ", r.rewrite.site_factor)),
+            "{}",
+            r.rewrite.admin_comment
+        );
+        // Priced already: nothing to do.
+        let priced = PendingJob {
+            site_factor: Some(r.rewrite.site_factor),
+            ..job.clone()
+        };
+        assert_eq!(revisit(&cfg, &site, live, &priced, &mut ctx), None);
+        // An operator's factor, or a job heshare recorded no request for, is not heshare's to
+        // change.
+        for other in [
+            PendingJob {
+                site_factor: None,
+                ..job.clone()
+            },
+            PendingJob {
+                asked: None,
+                ..job.clone()
+            },
+        ] {
+            assert_eq!(revisit(&cfg, &site, live, &other, &mut ctx), None);
+        }
+    }
+
+    #[test]
+    fn admin_comment_carries_what_re_pricing_needs() {
+        let cfg = cfg();
+        let site = local_site(&cfg);
+        let ask = parse_tres_per_node(Some("gres:mps:40")).expect("ok");
+        let auto = opts("vit-infer", Some("auto"));
+        let r = rewrite_of(decide(
+            &cfg,
+            &site,
+            Live::NONE,
+            &Submission::new(ask.as_ref(), &auto, "1000"),
+        ));
+        let d = read_admin_comment(&cfg, &r.admin_comment).expect("heshare's");
+        assert_eq!(
+            (d.asked, d.demand_pct, d.site_factor),
+            (
+                Some(ShareRequest::Pct(SharePct::new(40).expect("40"))),
+                Some(40),
+                Some(r.site_factor)
+            ),
+            "{}",
+            r.admin_comment
+        );
+        let whole = parse_tres_per_node(Some("gres:gpu:1")).expect("ok");
+        let r = rewrite_of(decide(
+            &cfg,
+            &site,
+            Live::NONE,
+            &Submission::new(whole.as_ref(), &auto, "1000"),
+        ));
+        let d = read_admin_comment(&cfg, &r.admin_comment).expect("heshare's");
+        assert_eq!(
+            (d.asked, d.demand_pct),
+            (Some(ShareRequest::Exclusive), None)
+        );
     }
 }

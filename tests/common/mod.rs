@@ -97,9 +97,13 @@ impl Cluster {
             "node" => 25,
             "node-users" => 30,
             "node-users-wait" => 35,
+            "priority" => 40,
             _ => 20,
         };
-        let port = (20_000 + (pid % 1_000) * 40 + offset).to_string();
+        // Each cluster takes five ports (slurmctld and three slurmd, one spare), all below
+        // Linux's ephemeral range (32768 and up), where a client connection of the tests
+        // themselves could hold the port a slurmd is about to bind.
+        let port = (20_000 + (pid % 250) * 50 + offset).to_string();
         let c = Cluster {
             dir,
             script,

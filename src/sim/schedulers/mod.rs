@@ -45,6 +45,15 @@ pub trait Scheduler {
     fn tick(&mut self, _st: &State<'_>, _waiting: &[usize]) -> bool {
         false
     }
+    /// Job `j`'s site factor (Slurm's priority/multifactor adds it to the job's priority): what
+    /// heshare's plugin sets; 0 for schedulers that set none.
+    fn site_factor(&self, _j: usize) -> i32 {
+        0
+    }
+    /// True once after site factors of waiting jobs changed (the queue is then re-sorted).
+    fn take_reordered(&mut self) -> bool {
+        false
+    }
     /// Job `j` started (after `place` was taken).
     fn started(&mut self, _st: &State<'_>, _j: usize) {}
     /// Job `j` finished.

@@ -8,8 +8,10 @@
 //!   their limit, pending demand), so a decision sees a view up to one period old.
 //! * A job is decided once, when it is submitted; Slurm then starts it on whatever its rewritten
 //!   request allows (an offered type, preferring the best), when it fits.
-//! * On every new snapshot the pending jobs heshare placed are re-decided (`reroute`, at most
-//!   `reroute_max_jobs` in queue order) and their offer changed where the plugin would.
+//! * On every new snapshot the pending jobs heshare placed are re-decided (`revisit`, at most
+//!   `reroute_max_jobs` in queue order): their offer changed where the plugin would move them,
+//!   their site factor where their price changed. The engine's queue orders waiting jobs by
+//!   Slurm's multifactor priority, which adds that factor.
 //! * Users submit what a plain Slurm user submits, `--gres=gpu:N` for whole-GPU jobs and
 //!   `--gres=mps:P` for a job the trace gives a fraction of a GPU (P its trace share, what a
 //!   slurm-mps user asks), with `--gpu-class=CLASS` and, for a share, `--gpu-share=auto`: heshare
@@ -23,7 +25,7 @@ use crate::sim::cons_tres::{GresRequest, select};
 use crate::sim::engine::State;
 use crate::sim::meter::PowerState;
 use crate::slurm::request::{
-    GpuAsk, Live, Options, PendingJob, Site, Submission, TresForm, Verdict, decide_with, reroute,
+    GpuAsk, Live, Options, PendingJob, Site, Submission, TresForm, Verdict, decide_with, revisit,
 };
 use crate::slurm::snapshot::{Holding, NodeInfo, Pending, Snapshot};
 use crate::units::Mhz;
@@ -33,8 +35,11 @@ use rustc_hash::FxHashMap;
 #[derive(Debug, Clone)]
 struct Held {
     gres: GresRequest,
-    /// Set when heshare placed the job through features (it may move while pending).
-    movable: Option<PendingJob>,
+    /// Set when heshare placed the job: what the snapshot thread reads back to re-decide it
+    /// (moved only where its types are features).
+    pending: Option<PendingJob>,
+    /// heshare's site factor on it.
+    site_factor: i32,
 }
 
 pub struct Shipped {
@@ -53,8 +58,11 @@ pub struct Shipped {
     /// Per job, what the plugin's SPANK environment tells the node helper.
     hints: FxHashMap<usize, Hints>,
     params: ShareParams,
-    /// Jobs moved by re-routing, for the report.
+    /// Jobs moved by re-routing and re-priced, for the report.
     pub moved: usize,
+    pub repriced: usize,
+    /// Site factors changed since the engine last sorted its queue.
+    reordered: bool,
     /// What the snapshot thread reads of the nodes (they never change here), and the users'
     /// names, built once.
     nodes: Vec<NodeInfo>,
@@ -91,6 +99,8 @@ impl Shipped {
             hints: FxHashMap::default(),
             params: ShareParams::of(st.cfg),
             moved: 0,
+            repriced: 0,
+            reordered: false,
             nodes: st
                 .nodes
                 .iter()
@@ -239,7 +249,8 @@ impl Shipped {
                     types: r.offered.clone(),
                     prefer,
                 };
-                let movable = r.features.is_some().then(|| PendingJob {
+                // What the snapshot thread reads back of it (AdminComment and the job table).
+                let pending = PendingJob {
                     class: st.cfg.classes[job.class].name.clone(),
                     user,
                     gpus: r.gpus,
@@ -250,14 +261,27 @@ impl Shipped {
                     memory_mib,
                     offered: r.offered.clone(),
                     form: TresForm::Colon,
-                });
-                Held { gres, movable }
+                    movable: r.features.is_some(),
+                    asked: Some(if share {
+                        crate::policy::ShareRequest::Pct(super::trace_share(job))
+                    } else {
+                        crate::policy::ShareRequest::Exclusive
+                    }),
+                    demand_pct: r.demand_pct,
+                    site_factor: Some(r.site_factor),
+                };
+                Held {
+                    gres,
+                    pending: Some(pending),
+                    site_factor: r.site_factor,
+                }
             }
             // Left as asked (or refused, which a user would answer by submitting without the
             // class): whole GPUs of the trace's types.
             _ => Held {
                 gres: GresRequest::whole(job),
-                movable: None,
+                pending: None,
+                site_factor: 0,
             },
         }
     }
@@ -300,23 +324,42 @@ impl Scheduler for Shipped {
         let mut changed = false;
         let max = usize::try_from(st.cfg.live.reroute_max_jobs).unwrap_or(usize::MAX);
         for &j in waiting.iter().take(max) {
-            let Some(pending) = self.held.get(&j).and_then(|h| h.movable.clone()) else {
+            let Some(pending) = self.held.get(&j).and_then(|h| h.pending.clone()) else {
                 continue;
             };
-            if let Some(r) = reroute(st.cfg, &self.site, live, &pending, &mut self.plugin_ctx) {
-                let prefer = r.prefer.as_deref().and_then(|p| st.cfg.gpu_type(p));
-                if let Some(h) = self.held.get_mut(&j) {
-                    h.gres.types = r.offered.clone();
-                    h.gres.prefer = prefer;
-                    if let Some(m) = h.movable.as_mut() {
-                        m.offered = r.offered;
-                    }
+            let Some(v) = revisit(st.cfg, &self.site, live, &pending, &mut self.plugin_ctx) else {
+                continue;
+            };
+            let Some(h) = self.held.get_mut(&j) else {
+                continue;
+            };
+            if v.moved {
+                h.gres.types = v.rewrite.offered.clone();
+                h.gres.prefer = v.rewrite.prefer.as_deref().and_then(|p| st.cfg.gpu_type(p));
+                if let Some(m) = h.pending.as_mut() {
+                    m.offered = v.rewrite.offered.clone();
                 }
                 self.moved += 1;
                 changed = true;
             }
+            if v.repriced {
+                h.site_factor = v.rewrite.site_factor;
+                if let Some(m) = h.pending.as_mut() {
+                    m.site_factor = Some(v.rewrite.site_factor);
+                }
+                self.repriced += 1;
+                self.reordered = true;
+            }
         }
         changed
+    }
+
+    fn site_factor(&self, j: usize) -> i32 {
+        self.held.get(&j).map_or(0, |h| h.site_factor)
+    }
+
+    fn take_reordered(&mut self) -> bool {
+        std::mem::take(&mut self.reordered)
     }
 
     fn place(&mut self, st: &State<'_>, j: usize) -> Option<Placement> {
