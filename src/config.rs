@@ -1140,6 +1140,40 @@ fn gres_specs(slurm_conf: &str) -> impl Iterator<Item = (usize, &str)> {
     })
 }
 
+/// A slurm.conf's `SuspendTime` in seconds, if power saving is on (Slurm's default is off:
+/// `-1`, `NONE` or `INFINITE`, or no line).
+pub fn slurm_suspend_time(slurm_conf: &str) -> Option<f64> {
+    let mut found = None;
+    for line in slurm_conf.lines() {
+        let line = line.split('#').next().unwrap_or("");
+        for word in line.split_whitespace() {
+            if let Some((k, v)) = word.split_once('=') {
+                if k.eq_ignore_ascii_case("suspendtime") {
+                    found = v.parse::<f64>().ok().filter(|x| *x >= 0.0);
+                }
+            }
+        }
+    }
+    found
+}
+
+/// Where heshare.toml's `[power]` does not mirror the slurm.conf's power saving: heshare would
+/// price decisions for a meter the site does not have.
+pub fn power_warning(slurm_conf: &str, cfg: &Config) -> Option<String> {
+    match (slurm_suspend_time(slurm_conf), cfg.power.suspend_time_s) {
+        (Some(s), None) => Some(format!(
+            "SuspendTime={s:.0}: Slurm powers idle nodes down, but heshare.toml has no [power] suspend_time_s, so heshare prices decisions as if every node were always on (it leaves out the idle and host power a job keeps on); set [power] suspend_time_s = {s:.0} and resume_s to the nodes' boot time"
+        )),
+        (None, Some(h)) => Some(format!(
+            "no SuspendTime: every node is always on, but heshare.toml's [power] suspend_time_s = {h:.0} prices decisions as if idle nodes were powered down; remove it"
+        )),
+        (Some(s), Some(h)) if (s - h).abs() > 0.5 => Some(format!(
+            "SuspendTime={s:.0} but heshare.toml's [power] suspend_time_s = {h:.0}: make them the same"
+        )),
+        _ => None,
+    }
+}
+
 /// A slurm.conf's `PriorityType` (the last one given; Slurm's default is `priority/basic`).
 pub fn slurm_priority_type(slurm_conf: &str) -> String {
     let mut found = "priority/basic".to_owned();
@@ -1331,6 +1365,19 @@ memory_gib = 8
             LoadError::Invalid(v) => v,
             LoadError::Read { .. } => unreachable!("parse does not read files"),
         })
+    }
+
+    #[test]
+    fn power_settings_are_compared_with_slurms_power_saving() {
+        let mut cfg = parse(SMALL).expect("valid");
+        assert!(power_warning("SuspendTime=-1\n", &cfg).is_none());
+        assert!(power_warning("ClusterName=x\n", &cfg).is_none());
+        let w = power_warning("SuspendTime=600 # ten minutes\n", &cfg).expect("off here");
+        assert!(w.contains("suspend_time_s = 600"), "{w}");
+        cfg.power.suspend_time_s = Some(600.0);
+        assert!(power_warning("SuspendTime=600\n", &cfg).is_none());
+        assert!(power_warning("SuspendTime=300\n", &cfg).is_some());
+        assert!(power_warning("SuspendTime=NONE\n", &cfg).is_some());
     }
 
     #[test]

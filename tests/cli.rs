@@ -174,7 +174,7 @@ fn check_config_warns_of_nodes_without_type_features_and_of_one_sharing_mps() {
     let sc = dir.path().join("slurm.conf");
     std::fs::write(
         &sc,
-        "GresTypes=gpu,mps\nNodeName=a[1-2] Gres=gpu:a100:4,mps:400 Features=a100\nNodeName=t1 Gres=gpu:t4:2 Features=ib\n",
+        "GresTypes=gpu,mps\nSuspendTime=600\nNodeName=a[1-2] Gres=gpu:a100:4,mps:400 Features=a100\nNodeName=t1 Gres=gpu:t4:2 Features=ib\n",
     )
     .expect("write");
     std::fs::write(
@@ -191,6 +191,15 @@ fn check_config_warns_of_nodes_without_type_features_and_of_one_sharing_mps() {
     );
     assert!(
         err.contains("gres.conf: warning: gres/mps without Flags=all_sharing"),
+        "{err}"
+    );
+    // Power saving in Slurm but not in heshare.toml, and Slurm's default priority plugin.
+    assert!(
+        err.contains("SuspendTime=600: Slurm powers idle nodes down, but heshare.toml has no [power] suspend_time_s"),
+        "{err}"
+    );
+    assert!(
+        err.contains("PriorityType=priority/basic: Slurm adds a job's site factor"),
         "{err}"
     );
 }

@@ -312,6 +312,9 @@ fn check_config(out: &mut impl Write, arg: &ConfigArg, slurm_conf: Option<&Path>
             )?,
             None => {}
         }
+        if let Some(w) = crate::config::power_warning(&text, &cfg) {
+            eprintln!("{}: warning: {w}", sc.display());
+        }
         let gres_conf = sc.with_file_name("gres.conf");
         if let Ok(g) = std::fs::read_to_string(&gres_conf) {
             if crate::config::gres_conf_all_sharing(&g) == Some(false) {

@@ -292,7 +292,11 @@ fn load() -> Result<Loaded, String> {
         .unwrap_or_else(|| "/etc/slurm/slurm.conf".into());
     let mut site = match std::fs::read_to_string(&slurm_conf) {
         Ok(text) => {
-            if let Some(w) = crate::config::priority_warning(&text, &cfg) {
+            let warnings = [
+                crate::config::priority_warning(&text, &cfg),
+                crate::config::power_warning(&text, &cfg),
+            ];
+            for w in warnings.into_iter().flatten() {
                 log::warn!("heshare: {}: {w}", slurm_conf.display());
             }
             site_of(&text, &cfg, &slurm_conf)?
