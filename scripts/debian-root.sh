@@ -25,7 +25,10 @@ command -v debootstrap >/dev/null || {
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cache=${HESHARE_ROOTS:-/var/cache/heshare-roots}
 root=$cache/$release
-packages="slurm-wlm munge libslurm-dev libclang-dev build-essential git procps ca-certificates"
+# HESHARE_ROOT_PACKAGES replaces the list: with "build-essential git procps ca-certificates" the
+# root is a fresh machine with a C toolchain only, as the README's Quick start starts from (use
+# its own HESHARE_ROOTS, so the cached roots keep their packages).
+packages=${HESHARE_ROOT_PACKAGES:-"slurm-wlm munge libslurm-dev libclang-dev build-essential git procps ca-certificates"}
 
 mounts=()
 clone=""
