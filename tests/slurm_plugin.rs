@@ -226,6 +226,45 @@ fn the_plugin_places_shares_and_whole_gpus_and_rejects_bad_input() {
         "{s}"
     );
 
+    // A client of Slurm's API puts HESHARE_* entries of its own in spank_job_env: they never
+    // reach the Prolog (which trusts SPANK_HESHARE_*); the job's other entries do.
+    let forge = c.dir.join("forge_spank_env");
+    let cc = std::process::Command::new("cc")
+        .arg("-o")
+        .arg(&forge)
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/forge_spank_env.c"
+        ))
+        .arg("-lslurm")
+        .output()
+        .expect("cc runs");
+    assert!(
+        cc.status.success(),
+        "{}",
+        String::from_utf8_lossy(&cc.stderr)
+    );
+    let gres = gres("gpu:1");
+    let o = std::process::Command::new(&forge)
+        .args([gres.as_str(), c.dir.to_str().expect("utf-8")])
+        .env("SLURM_CONF", c.conf())
+        .output()
+        .expect("runs");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let forged = String::from_utf8_lossy(&o.stdout).trim().to_owned();
+    c.wait_done(&forged);
+    let prolog = c.read(&format!("log/prolog-{forged}.env"));
+    assert!(
+        !prolog.contains("SPANK_HESHARE_"),
+        "a forged entry reached the Prolog:\n{prolog}"
+    );
+    assert!(prolog.contains("SPANK_FORGED_OTHER=1"), "{prolog}");
+    assert!(
+        c.read("log/slurmctld.log")
+            .contains("removed 2 HESHARE_* entries the submission carried"),
+        "the removal is logged"
+    );
+
     // Bad option values stop sbatch itself, naming the option and what it allows.
     let (ok, _, err) = c.run(
         "sbatch",

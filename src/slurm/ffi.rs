@@ -149,6 +149,43 @@ impl Host {
         }
     }
 
+    /// Removes every `HESHARE_*` entry from the job's spank_job_env, freeing each: those are
+    /// heshare's to write (the Prolog sees them as `SPANK_HESHARE_*` and trusts them), and any
+    /// client of Slurm's API can put entries there. The user's own options
+    /// (`_SLURM_SPANK_OPTION_heshare_*`) stay. Returns how many were removed.
+    ///
+    /// # Safety
+    /// `desc` must be a live job description owned by Slurm.
+    unsafe fn scrub_env(&self, desc: *mut c_void) -> usize {
+        // SAFETY: the shim returns the addresses of the array and its size in `desc`; the array
+        // holds `size` pointers from Slurm's allocator (or null ones), each freed at most once.
+        unsafe {
+            let env = *hs_job_spank_env(desc);
+            let size = hs_job_spank_env_size(desc);
+            if env.is_null() {
+                return 0;
+            }
+            let n = *size as usize;
+            let mut kept = 0;
+            for i in 0..n {
+                let e = *env.add(i);
+                let ours = !e.is_null() && CStr::from_ptr(e).to_bytes().starts_with(b"HESHARE_");
+                if ours {
+                    let mut p = e.cast::<c_void>();
+                    (self.xfree)(&mut p);
+                } else {
+                    *env.add(kept) = e;
+                    kept += 1;
+                }
+            }
+            for i in kept..n {
+                *env.add(i) = std::ptr::null_mut();
+            }
+            *size = u32::try_from(kept).unwrap_or(0);
+            n - kept
+        }
+    }
+
     /// Appends `entries` to the job's spank_job_env, growing it with slurm_xrecalloc.
     ///
     /// # Safety
@@ -453,6 +490,14 @@ fn submit(desc: *mut c_void, submit_uid: u32, err_msg: *mut *mut c_char) -> c_in
     };
     if desc.is_null() {
         return SLURM_SUCCESS;
+    }
+    // Before anything reads the job: entries only heshare may write.
+    // SAFETY: desc is slurmctld's live job description.
+    let forged = unsafe { h.scrub_env(desc) };
+    if forged > 0 {
+        log::error!(
+            "heshare: uid {submit_uid}: removed {forged} HESHARE_* entries the submission carried in its SPANK environment (only heshare writes them)"
+        );
     }
     let mut v = JobView {
         tres_per_node: std::ptr::null(),
@@ -772,6 +817,83 @@ mod tests {
         let c = CString::new(bytes.to_vec()).unwrap_or_default();
         // SAFETY: strdup of a NUL-terminated string.
         unsafe { libc::strdup(c.as_ptr()) }
+    }
+
+    /// A client of Slurm's API may put any entry in spank_job_env: the Prolog sees what job_submit
+    /// leaves there as SPANK_*, so heshare's own names are removed before heshare writes its
+    /// entries, whatever else the job asks; the user's options stay.
+    #[test]
+    fn forged_heshare_entries_never_reach_the_prolog() {
+        install();
+        for gres in ["gres:gpu:1", "gres:mps:30", ""] {
+            // SAFETY: a fresh zeroed job description from the shim, filled with malloc'd strings
+            // as Slurm would, freed below with the same allocator.
+            unsafe {
+                let d = hs_test_job_desc_new();
+                *hs_job_tres_per_node(d) = if gres.is_empty() {
+                    std::ptr::null_mut()
+                } else {
+                    c_alloc(gres.as_bytes())
+                };
+                let entries = [
+                    "HESHARE_CLASS=vit-infer",
+                    "_SLURM_SPANK_OPTION_heshare_gpu_class=bert-train",
+                    "HESHARE_BOUND=100",
+                    "OTHER=1",
+                    "HESHARE_PROFILE_KEY=alice:script",
+                ];
+                let env = libc::calloc(entries.len() + 1, std::mem::size_of::<*mut c_char>())
+                    .cast::<*mut c_char>();
+                for (k, e) in entries.iter().enumerate() {
+                    *env.add(k) = c_alloc(e.as_bytes());
+                }
+                *hs_job_spank_env(d) = env;
+                *hs_job_spank_env_size(d) = u32::try_from(entries.len()).unwrap_or(0);
+                let mut err: *mut c_char = std::ptr::null_mut();
+                let rc = job_submit(d, 1000, &mut err);
+                // Without a GPU request the class option is refused; scrubbed all the same.
+                let want = if gres.is_empty() {
+                    hs_eslurm_invalid_gres()
+                } else {
+                    SLURM_SUCCESS
+                };
+                assert_eq!(rc, want, "{gres}");
+                let n = *hs_job_spank_env_size(d) as usize;
+                let after: Vec<String> = (0..n)
+                    .filter_map(|i| c_str(*(*hs_job_spank_env(d)).add(i)))
+                    .collect();
+                assert!(
+                    after.contains(&"_SLURM_SPANK_OPTION_heshare_gpu_class=bert-train".to_owned())
+                        && after.contains(&"OTHER=1".to_owned()),
+                    "{after:?}"
+                );
+                assert!(
+                    !after.iter().any(|e| e == "HESHARE_CLASS=vit-infer"
+                        || e.starts_with("HESHARE_BOUND=100")
+                        || e.starts_with("HESHARE_PROFILE_KEY")),
+                    "{gres}: {after:?}"
+                );
+                if gres == "gres:gpu:1" {
+                    // heshare's own entries, from its decision (the user's bert-train option).
+                    assert!(
+                        after.contains(&"HESHARE_CLASS=bert-train".to_owned()),
+                        "{after:?}"
+                    );
+                }
+                for k in 0..n {
+                    libc::free((*(*hs_job_spank_env(d)).add(k)).cast());
+                }
+                libc::free((*hs_job_spank_env(d)).cast());
+                libc::free((*hs_job_tres_per_node(d)).cast());
+                libc::free((*hs_job_admin_comment(d)).cast());
+                libc::free((*hs_job_features(d)).cast());
+                libc::free((*hs_job_prefer(d)).cast());
+                if !err.is_null() {
+                    libc::free(err.cast());
+                }
+                hs_test_job_desc_free(d);
+            }
+        }
     }
 
     #[test]
