@@ -23,6 +23,12 @@ typedef struct {
 	uint32_t min_cpus; /* NO_VAL when not given */
 	uint64_t pn_min_memory; /* MiB per node, or per CPU with MEM_PER_CPU; NO_VAL64 when not given */
 	int batch; /* 1 for sbatch (a script), 0 for srun/salloc allocations */
+	/* What a job's profile keys are made of. */
+	const char *name;
+	const char *script;
+	const char *account;
+	char **argv;
+	uint32_t argc;
 } hs_job_view;
 
 void hs_job_view_fill(const job_desc_msg_t *d, hs_job_view *out)
@@ -40,6 +46,11 @@ void hs_job_view_fill(const job_desc_msg_t *d, hs_job_view *out)
 	out->min_cpus = d->min_cpus;
 	out->pn_min_memory = d->pn_min_memory;
 	out->batch = d->script != NULL;
+	out->name = d->name;
+	out->script = d->script;
+	out->account = d->account;
+	out->argv = d->argv;
+	out->argc = d->argc;
 }
 
 /* Addresses of the fields heshare writes; the caller swaps pointers allocated by Slurm's xmalloc. */

@@ -50,6 +50,9 @@ install -d "$prefix/share/heshare/systemd"
 sed "s|/opt/heshare/bin/heshare|$prefix/bin/heshare|" slurm-conf/heshare-sample.service \
   > "$prefix/share/heshare/systemd/heshare-sample.service"
 install -m 0644 slurm-conf/heshare-sample.timer "$prefix/share/heshare/systemd/heshare-sample.timer"
+sed "s|/opt/heshare/bin/heshare|$prefix/bin/heshare|" slurm-conf/heshare-profiles.service \
+  > "$prefix/share/heshare/systemd/heshare-profiles.service"
+install -m 0644 slurm-conf/heshare-profiles.timer "$prefix/share/heshare/systemd/heshare-profiles.timer"
 etc=${HESHARE_SYSCONFDIR:-/etc/slurm}
 if [ ! -e "$etc/heshare.toml" ] && [ -w "$etc" ] 2>/dev/null; then
   install -m 0644 slurm-conf/heshare.toml "$etc/heshare.toml"
@@ -81,6 +84,12 @@ PrologFlags=Alloc runs the Prolog when the job is allocated, so accounting cover
 and, so the accounting split goes by each job's measured GPU work, the sampling timer:
   systemctl link $prefix/share/heshare/systemd/heshare-sample.service $prefix/share/heshare/systemd/heshare-sample.timer
   systemctl enable --now heshare-sample.timer
+
+On the controller, so jobs nobody labelled are placed by what their earlier runs measured, the
+profile update ([profiles] logs in heshare.toml names the nodes' accounting logs as the
+controller sees them, e.g. in a shared directory):
+  systemctl link $prefix/share/heshare/systemd/heshare-profiles.service $prefix/share/heshare/systemd/heshare-profiles.timer
+  systemctl enable --now heshare-profiles.timer
 
 Then: $prefix/bin/heshare check-config --slurm-conf /etc/slurm/slurm.conf
 and restart slurmctld.

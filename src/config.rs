@@ -211,6 +211,8 @@ struct RawConfig {
     live: LiveSettings,
     #[serde(default)]
     power: PowerSettings,
+    #[serde(default)]
+    profiles: ProfileSettings,
 }
 
 /// `[power]`: what the site's power saving makes a decision cost (mirror slurm.conf's
@@ -261,6 +263,79 @@ impl Default for LiveSettings {
             reroute_pending: true,
             reroute_max_jobs: 100,
             status_log_period_s: 600.0,
+        }
+    }
+}
+
+/// `[profiles]`: profiles learned from the node helper's accounting records (`heshare profiles
+/// update` builds the store; the plugin reloads it when it changes).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ProfileSettings {
+    /// Decide jobs by their profiles (false: every job as without a store).
+    pub enabled: bool,
+    /// The store `heshare profiles update` writes and the plugin reads.
+    pub store: PathBuf,
+    /// The accounting logs the update reads: paths, with `*` in the file name for one log per
+    /// node in a shared directory (`/shared/heshare/accounting/*.jsonl`).
+    pub logs: Vec<String>,
+    /// Runs a profile keeps before it decides.
+    pub min_runs: u32,
+    /// The quantile of a job's runs its runtime and need are taken at (the bound and the time
+    /// limit hold for runs slower than most).
+    pub quantile: f64,
+    /// Runs count half as much every this many days.
+    pub half_life_days: f64,
+    /// Runs kept per key and GPU type (the newest).
+    pub max_samples: u32,
+    /// Runs shorter than this teach nothing.
+    pub min_runtime_s: f64,
+    /// A label whose class predicts the job's measured power off by more than this factor is
+    /// set aside for the profile.
+    pub disagree_factor: f64,
+    /// A profiled job asking `--gres=mps:P` without `--gpu-share` gets a share sized for its
+    /// measured need, as `--gpu-share=auto` sizes a labelled one.
+    pub size_shares: bool,
+    /// Runs of one key on one type spread wider than this (90th over 10th percentile of runtime
+    /// or need) are different jobs: the profile does not decide.
+    pub max_spread: f64,
+}
+
+impl Default for ProfileSettings {
+    fn default() -> Self {
+        ProfileSettings {
+            enabled: true,
+            store: PathBuf::from("/var/lib/heshare/profiles.json"),
+            logs: vec!["/var/log/heshare/accounting.jsonl".into()],
+            min_runs: 2,
+            quantile: 0.9,
+            half_life_days: 30.0,
+            max_samples: 16,
+            min_runtime_s: 60.0,
+            disagree_factor: 2.0,
+            size_shares: true,
+            max_spread: 2.0,
+        }
+    }
+}
+
+impl ProfileSettings {
+    /// How lookups turn profiles into decisions.
+    pub fn derive_settings(&self) -> crate::profile::DeriveSettings {
+        crate::profile::DeriveSettings {
+            min_runs: f64::from(self.min_runs),
+            quantile: self.quantile,
+            half_life_s: self.half_life_days * 86_400.0,
+            disagree_factor: self.disagree_factor,
+            max_spread: self.max_spread,
+        }
+    }
+
+    /// What teaches.
+    pub fn learn_limits(&self) -> crate::profile::LearnLimits {
+        crate::profile::LearnLimits {
+            min_runtime_s: self.min_runtime_s,
+            max_samples: self.max_samples as usize,
         }
     }
 }
@@ -376,6 +451,7 @@ pub struct Config {
     pub node: NodeSettings,
     pub live: LiveSettings,
     pub power: PowerSettings,
+    pub profiles: ProfileSettings,
     /// Per inference class, the class with a demand of P% of a reference GPU (index P - 1), for
     /// sizing a job by what it may really need (`Config::class_on`). Empty for training classes
     /// (they fill whatever GPU they get). Kept here so that every decision refers to the same
@@ -894,6 +970,7 @@ fn validate(raw: RawConfig, errs: &mut Problems) -> Config {
             memory_gib: c.memory_gib,
             demand,
             slowdown_bound: c.slowdown_bound,
+            measured_speed: vec![],
         });
     }
     validate_node(&raw.node, &gpu_types, errs);
@@ -940,6 +1017,67 @@ fn validate(raw: RawConfig, errs: &mut Problems) -> Config {
             format!("{t} is outside 0..=31536000 s (leave it out when power saving is off)"),
         );
     }
+    let pr = &raw.profiles;
+    check(
+        errs,
+        pr.store.is_absolute(),
+        "profiles.store",
+        format!("\"{}\" must be an absolute path", pr.store.display()),
+    );
+    for (i, log) in pr.logs.iter().enumerate() {
+        check(
+            errs,
+            Path::new(log).is_absolute()
+                && !log.contains("..")
+                && Path::new(log)
+                    .parent()
+                    .is_some_and(|p| !p.to_string_lossy().contains('*')),
+            format!("profiles.logs[{i}]"),
+            format!("\"{log}\" must be an absolute path, with `*` only in its file name"),
+        );
+    }
+    check(
+        errs,
+        (1..=1000).contains(&pr.min_runs),
+        "profiles.min_runs",
+        format!("{} is outside 1..=1000", pr.min_runs),
+    );
+    check(
+        errs,
+        finite_in(pr.quantile, 0.5, 1.0),
+        "profiles.quantile",
+        format!("{} is outside 0.5..=1", pr.quantile),
+    );
+    check(
+        errs,
+        finite_in(pr.half_life_days, 0.01, 3650.0),
+        "profiles.half_life_days",
+        format!("{} is outside 0.01..=3650", pr.half_life_days),
+    );
+    check(
+        errs,
+        (1..=1024).contains(&pr.max_samples),
+        "profiles.max_samples",
+        format!("{} is outside 1..=1024", pr.max_samples),
+    );
+    check(
+        errs,
+        finite_in(pr.min_runtime_s, 0.0, 86_400.0),
+        "profiles.min_runtime_s",
+        format!("{} is outside 0..=86400 s", pr.min_runtime_s),
+    );
+    check(
+        errs,
+        finite_in(pr.disagree_factor, 1.0, 100.0),
+        "profiles.disagree_factor",
+        format!("{} is outside 1..=100", pr.disagree_factor),
+    );
+    check(
+        errs,
+        finite_in(pr.max_spread, 1.0, 1000.0),
+        "profiles.max_spread",
+        format!("{} is outside 1..=1000", pr.max_spread),
+    );
     let lt = &raw.policy.limit_type;
     check(
         errs,
@@ -998,6 +1136,7 @@ fn validate(raw: RawConfig, errs: &mut Problems) -> Config {
         node: raw.node,
         live: raw.live,
         power: raw.power,
+        profiles: raw.profiles,
         demand_classes,
     }
 }

@@ -12,6 +12,7 @@ pub mod logging;
 pub mod model;
 pub mod node;
 pub mod policy;
+pub mod profile;
 pub mod report;
 pub mod sim;
 pub mod slurm;

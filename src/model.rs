@@ -113,6 +113,39 @@ pub struct JobClass {
     pub demand: f64,
     /// Overrides the policy's slowdown bound for this class.
     pub slowdown_bound: Option<f64>,
+    /// Speeds measured for this job on some types (a profile learned from its own runs), as
+    /// `(type name, speed relative to the reference type)`: they replace `(K_g / K_ref)^a` on
+    /// those types. Empty for the catalog's classes.
+    pub measured_speed: Vec<(String, f64)>,
+}
+
+impl JobClass {
+    /// A hash of everything that shapes a prediction (and the name, which errors carry): equal
+    /// for two classes that predict alike. Stable within a process only.
+    pub fn fingerprint(&self) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut h = rustc_hash::FxHasher::default();
+        self.name.hash(&mut h);
+        self.kind.hash(&mut h);
+        for v in [
+            self.reference_runtime_s,
+            self.speed_exponent,
+            self.clock_bound_fraction,
+            self.clock_knee,
+            self.power_util,
+            self.mem_intensity,
+            self.memory_gib,
+            self.demand,
+            self.slowdown_bound.unwrap_or(f64::NAN),
+        ] {
+            v.to_bits().hash(&mut h);
+        }
+        for (t, s) in &self.measured_speed {
+            t.hash(&mut h);
+            s.to_bits().hash(&mut h);
+        }
+        h.finish()
+    }
 }
 
 /// Model constants that are not per GPU type or per class.
@@ -211,6 +244,9 @@ impl GpuPrediction {
 
 /// Speed of `class` on `gpu` relative to the reference GPU type.
 pub fn relative_speed(class: &JobClass, gpu: &GpuType, reference: &GpuType) -> f64 {
+    if let Some(&(_, s)) = class.measured_speed.iter().find(|(t, _)| *t == gpu.name) {
+        return s;
+    }
     (gpu.relative_throughput / reference.relative_throughput).powf(class.speed_exponent)
 }
 
@@ -460,6 +496,7 @@ pub(crate) mod tests {
             memory_gib: 10.0,
             demand: 1.0,
             slowdown_bound: None,
+            measured_speed: vec![],
         }
     }
 

@@ -32,6 +32,7 @@ fn the_installed_plugins_load_in_slurm_and_decide() {
         "libexec/heshare-epilog",
         "libexec/heshare-task-prolog",
         "share/heshare/systemd/heshare-sample.timer",
+        "share/heshare/systemd/heshare-profiles.timer",
     ] {
         assert!(p.join(f).exists(), "{f} was not installed");
     }
@@ -40,6 +41,15 @@ fn the_installed_plugins_load_in_slurm_and_decide() {
     assert!(
         unit.contains(&format!(
             "ExecStart={}/bin/heshare node sample",
+            p.display()
+        )),
+        "{unit}"
+    );
+    let unit = std::fs::read_to_string(p.join("share/heshare/systemd/heshare-profiles.service"))
+        .expect("profiles service installed");
+    assert!(
+        unit.contains(&format!(
+            "ExecStart={}/bin/heshare profiles update",
             p.display()
         )),
         "{unit}"

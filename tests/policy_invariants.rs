@@ -45,6 +45,7 @@ fn class_strategy() -> impl Strategy<Value = JobClass> {
                 d
             },
             slowdown_bound: None,
+            measured_speed: vec![],
         })
 }
 
@@ -122,7 +123,7 @@ proptest! {
         for (weight, key) in [(1.0, 0usize), (0.0, 1usize)] {
             let mut cfg = base.clone();
             cfg.policy.energy_weight = weight;
-            let req = JobRequest { class: class.clone(), gpus: 1, share, user: "u".into(), gpu_types: vec![], energy_policy: None, time_limit_s: None, reference_share: None, demand_pct: None };
+            let req = JobRequest { class: class.clone(), gpus: 1, share, user: "u".into(), gpu_types: vec![], energy_policy: None, time_limit_s: None, reference_share: None, demand_pct: None, learned: None };
             let plan = place(&cfg, &ClusterView::idle_types(&cfg), &req).expect("an idle catalog fits every bundled class");
             let value = |c: &heshare::policy::Candidate| if key == 0 { c.predicted_energy_j } else { c.predicted_runtime_s };
             let best = plan.candidates.iter().map(value).fold(f64::INFINITY, f64::min);
@@ -156,7 +157,7 @@ proptest! {
             }
             slot.jobs.push(PlacedJob { class: class % cfg.classes.len(), share: SharePct::new(u8::try_from(share).expect("<=100")).expect("valid"), user: format!("u{user}"), exclusive: *exclusive });
         }
-        let req = JobRequest { class: cfg.classes[class_idx % cfg.classes.len()].name.clone(), gpus: 1, share: ShareRequest::Auto, user: "u0".into(), gpu_types: vec![], energy_policy: policy, time_limit_s: None, reference_share: None, demand_pct: None };
+        let req = JobRequest { class: cfg.classes[class_idx % cfg.classes.len()].name.clone(), gpus: 1, share: ShareRequest::Auto, user: "u0".into(), gpu_types: vec![], energy_policy: policy, time_limit_s: None, reference_share: None, demand_pct: None, learned: None };
         let a = place(&cfg, &view, &req);
         prop_assert_eq!(&a, &place(&cfg, &view, &req));
         if let Ok(plan) = a {

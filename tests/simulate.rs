@@ -74,6 +74,77 @@ fn bad_simulate_input_is_named() {
     );
 }
 
+/// Labels that cannot be (fractions over one) are refused before anything runs, naming both.
+#[test]
+fn label_fractions_that_do_not_add_up_are_named() {
+    for (args, want) in [
+        (
+            vec!["--labelled", "0.7", "--mislabelled", "0.5"],
+            "--labelled 0.7 and --mislabelled 0.5 add up to more than 1",
+        ),
+        (vec!["--labelled", "1.5"], "--labelled 1.5 is outside 0..=1"),
+        (
+            vec!["--runs-per-template", "0.5"],
+            "--runs-per-template 0.5 is outside 1..=1000000",
+        ),
+    ] {
+        let o = Command::new(env!("CARGO_BIN_EXE_heshare"))
+            .arg("simulate")
+            .args(&args)
+            .output()
+            .expect("runs");
+        assert_eq!(o.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains(want), "{args:?}: {err}");
+    }
+}
+
+/// With every script labelled wrongly, heshare sets labels aside once the runs contradict them;
+/// with every one labelled truly and nothing recurring, it decides by labels alone.
+#[test]
+fn wrong_labels_are_set_aside_by_the_runs_and_true_ones_decide_without_profiles() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let run = |extra: &[&str]| -> Value {
+        let json = dir.path().join("l.json");
+        let o = Command::new(env!("CARGO_BIN_EXE_heshare"))
+            .args([
+                "simulate",
+                "--jobs",
+                "600",
+                "--seeds",
+                "1",
+                "--scale",
+                "0.02",
+                "--policies",
+                "slurm-mps,heshare",
+                "--json",
+            ])
+            .arg(&json)
+            .args(extra)
+            .env_remove("HESHARE_CONFIG")
+            .env("HESHARE_SYSTEM_CONFIG", "/nonexistent/heshare.toml")
+            .output()
+            .expect("heshare runs");
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("json")).expect("JSON")
+    };
+    let wrong = run(&["--mislabelled", "1", "--runs-per-template", "20"]);
+    let p = &wrong["profiles"];
+    assert!(p["overruled"].as_u64().expect("n") > 0, "{p}");
+    assert_eq!(
+        p["overruled"], p["overruled_wrong"],
+        "only wrong labels: {p}"
+    );
+    let true_once = run(&["--labelled", "1", "--runs-per-template", "1"]);
+    let p = &true_once["profiles"];
+    assert_eq!(p["as_asked"], 0, "{p}");
+    assert_eq!(p["overruled"], 0, "{p}");
+    assert_eq!(
+        p["by_level"][0], 0,
+        "nothing recurs, so no script is known: {p}"
+    );
+}
+
 #[test]
 fn time_mode_compares_every_scheduler_in_the_world_and_accounts_for_every_job() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -111,6 +182,7 @@ fn time_mode_compares_every_scheduler_in_the_world_and_accounts_for_every_job() 
             "zeus",
             "energy-greedy",
             "heshare",
+            "heshare-labelled",
             "heshare-ideal"
         ]
     );
@@ -144,7 +216,6 @@ fn time_mode_compares_every_scheduler_in_the_world_and_accounts_for_every_job() 
             assert!(r["killed_not_by_plain_slurm"].is_u64(), "{r}");
         }
         let facility = r["facility_kwh"].as_f64().expect("energy");
-        assert!(facility >= bound, "{r}");
         // The meter counts more than the GPUs: hosts and supplies are in it.
         assert!(facility > r["gpu_kwh"].as_f64().expect("gpu"), "{r}");
         assert!(
@@ -152,11 +223,28 @@ fn time_mode_compares_every_scheduler_in_the_world_and_accounts_for_every_job() 
             "{r}"
         );
     }
+    // Every run spends at least its seed's lower bound.
+    assert!(bound > 0.0);
+    for run in v["runs"].as_array().expect("runs") {
+        let (f, b) = (
+            run["facility_kwh"].as_f64().expect("energy"),
+            run["energy_lower_bound_kwh"].as_f64().expect("bound"),
+        );
+        assert!(
+            f >= b && b > 0.0,
+            "{} seed {}: {f} < {b}",
+            run["policy"],
+            run["seed"]
+        );
+    }
     // Only heshare sets site factors, and Slurm's multifactor queue ordered by them.
     assert_eq!(v["queue"]["multifactor"], true);
     for r in rows {
         let f = &r["site_factor"];
-        if r["policy"] == "heshare" {
+        if r["policy"]
+            .as_str()
+            .is_some_and(|p| p.starts_with("heshare") && p != "heshare-ideal")
+        {
             assert!(f["jobs"].as_u64().expect("jobs") > 0, "{f}");
         } else {
             assert_eq!(f["nonzero"], 0, "{}: {f}", r["policy"]);
@@ -179,6 +267,26 @@ fn time_mode_compares_every_scheduler_in_the_world_and_accounts_for_every_job() 
         assert_eq!(energy["per_seed"].as_array().expect("per seed").len(), 2);
     }
     assert!(!v["predictor_error"].as_array().expect("errors").is_empty());
+    // Nobody labels by default: heshare learns from the runs it saw end, and says how much.
+    assert_eq!(v["recurrence"]["labelled"], 0.0);
+    let p = &v["profiles"];
+    assert_eq!(p["submitted"], 800, "{p}");
+    let with = p["with_profile"].as_u64().expect("count");
+    assert!(
+        with > 0 && with < 800,
+        "the first runs have no profile: {p}"
+    );
+    assert!(p["taught"].as_u64().expect("taught") > 0, "{p}");
+    assert_eq!(p["labelled"], 0, "{p}");
+    let curve = v["learning_curve"].as_array().expect("curve");
+    assert!(!curve.is_empty());
+    assert!(
+        curve.iter().all(|w| w["heshare_energy"].is_f64()),
+        "{curve:?}"
+    );
+    for key in ["learned_vs_labelled", "labelled"] {
+        assert!(!v[key].as_array().expect("ratios").is_empty(), "{key}");
+    }
     let chart = std::fs::read_to_string(&svg).expect("svg");
     assert!(chart.starts_with("<svg") && chart.contains("heshare"));
     let stdout = String::from_utf8_lossy(&o.stdout);

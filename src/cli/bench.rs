@@ -39,6 +39,9 @@ pub struct BenchArgs {
     occupancy: f64,
     #[arg(long, default_value_t = 42)]
     seed: u64,
+    /// Keys in the (generated) profile store the unlabelled jobs are looked up in.
+    #[arg(long, default_value_t = 100_000)]
+    profiles: usize,
     /// Time the node helper instead: this many Prolog+Epilog pairs of the `heshare` binary on the
     /// model backend (bundled catalog, state in a temporary directory), against starting the
     /// same binary for `--version`.
@@ -127,6 +130,64 @@ fn snapshot_of(cfg: &Config, nodes: &[Node], view: &ClusterView, rng: &mut Split
         }
     }
     Snapshot::build(cfg, 1.0e9, &infos, &holdings, &[])
+}
+
+/// A profile store of `n` keys, each a script of a catalog class with four runs on each of two
+/// types (generated data: the model's runtime and power with 10% noise).
+fn synthetic_book(cfg: &Config, n: usize, rng: &mut SplitMix) -> crate::profile::Book {
+    use crate::profile::{Book, Identity, Observation, Outcome, Sample, keys};
+    let reference = &cfg.gpu_types[cfg.reference_gpu];
+    let mut book = Book::default();
+    let limits = crate::profile::LearnLimits {
+        min_runtime_s: 0.0,
+        max_samples: 32,
+    };
+    for i in 0..n {
+        let class = &cfg.classes[rng.below(cfg.classes.len())];
+        let share = class.kind == JobKind::Inference;
+        let script = format!("#!/bin/sh\npython job_{i}.py\n");
+        let uid = u32::try_from(i % 5000).unwrap_or(0);
+        let k = keys(&Identity {
+            uid,
+            account: "",
+            name: Some("job"),
+            script: Some(&script),
+            command: None,
+            request: if share { "mps:30" } else { "gpu:1" },
+        });
+        for _ in 0..2 {
+            let t = rng.below(cfg.gpu_types.len());
+            let gpu = &cfg.gpu_types[t];
+            for r in 0..4 {
+                let noise = 0.9 + 0.2 * rng.unit();
+                book.learn(
+                    &Observation {
+                        // The script key only: the name and request keys are shared by many.
+                        keys: k[..1].to_vec(),
+                        uid,
+                        account: String::new(),
+                        gpu_type: gpu.name.clone(),
+                        outcome: Outcome::Completed,
+                        energy_valid: true,
+                        sample: Sample {
+                            id: format!("b:{i}:{t}:{r}"),
+                            end_s: f64::from(r),
+                            runtime_s: crate::model::alone_runtime(class, gpu, reference).0 * noise,
+                            share_pct: share.then_some(50),
+                            gpus: 1,
+                            stretch: 1.0,
+                            dyn_frac: Some(class.power_util * noise),
+                            busy: Some(crate::model::need(class, gpu, reference).min(0.5) * noise),
+                            memory_gib: Some(class.memory_gib),
+                            alone: !share,
+                        },
+                    },
+                    limits,
+                );
+            }
+        }
+    }
+    book
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -249,6 +310,54 @@ pub fn run(out: &mut impl Write, cfg: &Config, args: &BenchArgs) -> Result<()> {
         black_box(decide_with(cfg, &site, live, black_box(&sub), &mut ctx));
     });
 
+    // The same plugin path for jobs nobody labelled, each a run of a script with a profile in a
+    // generated store of `--profiles` keys: its keys made from its script, looked up, derived,
+    // decided. The store is generated (the catalog's classes with noise), not measured.
+    let book = synthetic_book(cfg, args.profiles.max(1), &mut rng);
+    let bytes = serde_json::to_vec(&crate::profile::store::StoreFile {
+        book: book.clone(),
+        ..crate::profile::store::StoreFile::new()
+    })?;
+    let t = Instant::now();
+    let parsed = crate::profile::store::parse(&bytes, Path::new("bench"))?;
+    let parse_ms = t.elapsed().as_secs_f64() * 1e3;
+    black_box(parsed);
+    let mut hits = 0usize;
+    let mut k = 0usize;
+    let plugin_profiled = time(&mut |r| {
+        k += 1;
+        let key_of = (k * 7919) % args.profiles.max(1);
+        let script = format!("#!/bin/sh\npython job_{key_of}.py\n");
+        let share = r.share == ShareRequest::Auto;
+        let ask = parse_tres_per_node(Some(if share { "gres:mps:30" } else { "gres:gpu:1" }))
+            .ok()
+            .flatten();
+        let keys = crate::profile::keys(&crate::profile::Identity {
+            uid: u32::try_from(key_of % 5000).unwrap_or(0),
+            account: "",
+            name: Some("job"),
+            script: Some(&script),
+            command: None,
+            request: &ask.as_ref().map(|a| a.request_string()).unwrap_or_default(),
+        });
+        let learned = crate::profile::lookup(
+            cfg,
+            &book,
+            &keys,
+            crate::profile::Asked { label: None, share },
+            0.0,
+            cfg.profiles.derive_settings(),
+        );
+        hits += usize::from(learned.is_some());
+        let opts = Options::default();
+        let sub = Submission {
+            time_limit_s: Some(4.0 * 3600.0),
+            learned: learned.as_ref(),
+            ..Submission::new(ask.as_ref(), &opts, &r.user)
+        };
+        black_box(decide_with(cfg, &site, live, black_box(&sub), &mut ctx));
+    });
+
     let us = |d: Duration| d.as_secs_f64() * 1e6;
     writeln!(
         out,
@@ -280,6 +389,7 @@ pub fn run(out: &mut impl Write, cfg: &Config, args: &BenchArgs) -> Result<()> {
         )
     };
     row(out, "plugin job_submit (live snapshot)", &plugin)?;
+    row(out, "  unlabelled, by profile (store)", &plugin_profiled)?;
     row(out, "heshare place (full view)", &heshare)?;
     row(out, "heshare place (one idle GPU/type)", &by_type)?;
     row(out, "baseline: best-fit scan", &baseline)?;
@@ -291,6 +401,19 @@ pub fn run(out: &mut impl Write, cfg: &Config, args: &BenchArgs) -> Result<()> {
         "ratio plugin job_submit / best-fit scan: p50 {:.1}x, p99 {:.1}x",
         ratio(&plugin, &baseline, 0.5),
         ratio(&plugin, &baseline, 0.99)
+    )?;
+    writeln!(
+        out,
+        "profile store: {} keys (generated: the catalog's classes with noise), {:.1} MB as written, parsed in {parse_ms:.0} ms (the plugin's thread does it when the file changes); {hits} of {} lookups found a profile",
+        args.profiles.max(1),
+        bytes.len() as f64 / 1e6,
+        requests.len()
+    )?;
+    writeln!(
+        out,
+        "ratio profiled job_submit / best-fit scan: p50 {:.1}x, p99 {:.1}x",
+        ratio(&plugin_profiled, &baseline, 0.5),
+        ratio(&plugin_profiled, &baseline, 0.99)
     )?;
     writeln!(
         out,

@@ -15,6 +15,7 @@ use std::process::ExitCode;
 
 mod bench;
 mod node;
+mod profiles;
 mod report;
 mod simulate;
 mod simulate_time;
@@ -68,6 +69,9 @@ enum Command {
     Node(node::NodeCommand),
     /// Energy accounting tables, CSV/JSON, an SVG chart and a Prometheus textfile.
     Report(report::ReportArgs),
+    /// Profiles learned from the accounting records: update the store, list, show, forget.
+    #[command(subcommand)]
+    Profiles(profiles::ProfilesCommand),
 }
 
 #[derive(clap::Args, Debug)]
@@ -191,6 +195,7 @@ pub fn main() -> ExitCode {
         Command::TaskProlog(args) => node::task_prolog(&mut out, &args),
         Command::Node(cmd) => node::node(&mut out, &cmd),
         Command::Report(args) => report::run(&mut out, &args),
+        Command::Profiles(cmd) => profiles::run(&mut out, &cmd),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -358,6 +363,7 @@ fn plan(out: &mut impl Write, args: &PlanArgs) -> Result<()> {
             time_limit_s: None,
             reference_share: None,
             demand_pct: None,
+            learned: None,
         },
     };
     let view = ClusterView::idle_types(&cfg);

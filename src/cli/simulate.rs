@@ -82,6 +82,23 @@ pub struct SimulateArgs {
     /// 10 W suspended) or a flat number of watts per awake node.
     #[arg(long, value_name = "sourced|WATTS", default_value = "sourced")]
     pub(super) host_power: String,
+    /// Time mode: mean runs of each user's script (template); each job is a new one with
+    /// probability 1/R (1: nothing recurs).
+    #[arg(long, value_name = "R", default_value_t = 10.0)]
+    pub(super) runs_per_template: f64,
+    /// Time mode: log-space spread of a run's work around its script's.
+    #[arg(long, value_name = "SIGMA", default_value_t = 0.15)]
+    pub(super) run_noise: f64,
+    /// Time mode: fraction of scripts whose users give their true --gpu-class (the rest give
+    /// none, or a wrong one with --mislabelled).
+    #[arg(long, value_name = "F", default_value_t = 0.0)]
+    pub(super) labelled: f64,
+    /// Time mode: fraction of scripts whose users give a wrong --gpu-class.
+    #[arg(long, value_name = "F", default_value_t = 0.0)]
+    pub(super) mislabelled: f64,
+    /// Time mode: days per row of the learning curve (7: per simulated week).
+    #[arg(long, value_name = "DAYS", default_value_t = 1)]
+    pub(super) curve_days: usize,
     /// Also write the results as JSON.
     #[arg(long, value_name = "FILE")]
     pub(super) json: Option<PathBuf>,

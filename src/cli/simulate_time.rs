@@ -39,7 +39,37 @@ pub fn run(out: &mut impl Write, cfg: &Config, args: &SimulateArgs, load: f64) -
             _ => bail!("--host-power {w}: use sourced or a number of watts (>= 0)"),
         },
     };
+    let fraction = |name: &str, v: f64| {
+        if (0.0..=1.0).contains(&v) {
+            Ok(v)
+        } else {
+            Err(anyhow!("{name} {v} is outside 0..=1"))
+        }
+    };
+    let (labelled, mislabelled) = (
+        fraction("--labelled", args.labelled)?,
+        fraction("--mislabelled", args.mislabelled)?,
+    );
+    if labelled + mislabelled > 1.0 + 1e-9 {
+        bail!("--labelled {labelled} and --mislabelled {mislabelled} add up to more than 1");
+    }
+    if !(args.runs_per_template >= 1.0 && args.runs_per_template <= 1e6) {
+        bail!(
+            "--runs-per-template {} is outside 1..=1000000",
+            args.runs_per_template
+        );
+    }
+    if !(0.0..=2.0).contains(&args.run_noise) {
+        bail!("--run-noise {} is outside 0..=2", args.run_noise);
+    }
     let spec = Spec {
+        curve_days: args.curve_days.max(1),
+        recurrence: crate::sim::templates::Recurrence {
+            runs_per_template: args.runs_per_template,
+            run_noise: args.run_noise,
+            labelled,
+            mislabelled,
+        },
         load,
         jobs: args.jobs,
         seeds: (0..args.seeds.unwrap_or(3)).map(|s| 42 + s).collect(),
@@ -295,6 +325,64 @@ fn print(out: &mut impl Write, r: &Report, trace: &str, cluster: &str, scale: f6
         Ok(())
     };
     ratios(out, "heshare as it ships vs the best baseline", &r.shipped)?;
+    ratios(
+        out,
+        "heshare-labelled (every job its true class, no profiles) vs the best baseline",
+        &r.labelled,
+    )?;
+    ratios(
+        out,
+        "heshare as it ships (labels as users give them, profiles learned) vs heshare-labelled",
+        &r.learned_vs_labelled,
+    )?;
+    let rec = &r.recurrence;
+    writeln!(
+        out,
+        "workload: each job a run of a user's script, {:.1} runs per script on average (run-to-run spread {:.2}); {:.0}% of scripts labelled truly, {:.0}% wrongly, the rest unlabelled (baselines are not affected by labels)",
+        rec.runs_per_template,
+        rec.run_noise,
+        100.0 * rec.labelled,
+        100.0 * rec.mislabelled
+    )?;
+    if let Some(p) = &r.profiles {
+        #[allow(clippy::cast_precision_loss)]
+        let pct = |n: usize| 100.0 * n as f64 / p.submitted.max(1) as f64;
+        writeln!(
+            out,
+            "profiles: heshare decided {:.1}% of its {} GPU jobs with a profile (script {}, name {}, request {}), {:.1}% by a label alone, left {:.1}% as asked; {} labels set aside by the job's runs ({} of them wrong); {} runs filed, {} profiles",
+            pct(p.with_profile),
+            p.submitted,
+            p.by_level[0],
+            p.by_level[1],
+            p.by_level[2],
+            pct(p.labelled),
+            pct(p.as_asked),
+            p.overruled,
+            p.overruled_wrong,
+            p.taught,
+            p.profiles
+        )?;
+    }
+    if !r.learning_curve.is_empty() {
+        writeln!(
+            out,
+            "learning curve (jobs by when they were submitted; their GPU energy per job and mean JCT against the best baseline's same jobs, median over seeds):"
+        )?;
+        let f = |x: Option<f64>| x.map_or("    -".to_owned(), |v| format!("{v:.2}x"));
+        for w in &r.learning_curve {
+            writeln!(
+                out,
+                "  days {:>2}-{:<2}: heshare {} energy {} JCT ({} jobs); heshare-labelled {} energy {} JCT",
+                w.first_day,
+                w.last_day,
+                f(w.heshare_energy),
+                f(w.heshare_jct),
+                w.heshare_jobs,
+                f(w.labelled_energy),
+                f(w.labelled_jct)
+            )?;
+        }
+    }
     ratios(
         out,
         "heshare-ideal (omniscient upper bound, not what ships) vs the best baseline",

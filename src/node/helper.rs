@@ -65,6 +65,14 @@ pub struct JobEnv {
     pub limit_type: Option<String>,
     /// `SPANK_HESHARE_DEMAND_PCT`: what its user said it needs of a reference GPU.
     pub demand_pct: Option<u8>,
+    /// `SPANK_HESHARE_PROFILE_KEYS`: the keys `job_submit` computed for the job.
+    pub profile_keys: Vec<String>,
+    /// `SPANK_HESHARE_PROFILE`: the learned class it was placed with, when it reads.
+    pub profile: Option<String>,
+    /// `SLURM_JOB_EXIT_CODE2` (Epilog only): how the job ended.
+    pub exit: Option<String>,
+    /// `SPANK_HESHARE_TIME_LIMIT_S`: a profiled job's time limit, which caps its learned runtime.
+    pub time_limit_s: Option<f64>,
 }
 
 impl JobEnv {
@@ -139,6 +147,23 @@ impl JobEnv {
             demand_pct: get("SPANK_HESHARE_DEMAND_PCT")
                 .and_then(|s| s.parse::<u8>().ok())
                 .filter(|p| (1..=100).contains(p)),
+            // Only job_submit writes these (it removes any a submission brings); a key that
+            // does not read is dropped, and the store checks each against the job's uid.
+            profile_keys: get("SPANK_HESHARE_PROFILE_KEYS")
+                .map(|s| {
+                    s.split(',')
+                        .filter_map(crate::profile::ProfileKey::parse)
+                        .map(|k| k.as_str().to_owned())
+                        .take(8)
+                        .collect()
+                })
+                .unwrap_or_default(),
+            profile: get("SPANK_HESHARE_PROFILE")
+                .filter(|p| crate::profile::wire::decode(p, "profile").is_some()),
+            exit: get("SLURM_JOB_EXIT_CODE2").filter(|s| s.len() <= 32 && s.contains(':')),
+            time_limit_s: get("SPANK_HESHARE_TIME_LIMIT_S")
+                .and_then(|s| s.parse::<f64>().ok())
+                .filter(|t| t.is_finite() && *t > 0.0),
         }))
     }
 }
@@ -618,6 +643,10 @@ impl<'a> NodeHelper<'a> {
                 let (parts, idle, measured) = match &work {
                     Some(w) => {
                         let mw = map_work(&mut gs.procs, &gs.jobs, w);
+                        for (j, b) in gs.jobs.iter_mut().zip(&mw.busy) {
+                            j.busy_pct_s += b.max(0.0);
+                            j.busy_window_s += (now - last.t).max(0.0);
+                        }
                         let shares: Vec<f64> =
                             gs.jobs.iter().map(|j| share_of(j).fraction()).collect();
                         let s = measured_split(
@@ -686,6 +715,10 @@ impl<'a> NodeHelper<'a> {
                 outside_mps: false,
                 notes: vec![],
                 clock_control: self.cfg.node.gpu_settings == GpuSettings::Manage,
+                profile_keys: vec![],
+                exit: None,
+                busy_frac: None,
+                max_memory_mib: None,
             });
         }
         gs.idle_j = 0.0;
@@ -790,13 +823,18 @@ impl<'a> NodeHelper<'a> {
         reference: &GpuType,
         jobs: &[JobOnGpu],
     ) -> (Mhz, Option<String>) {
-        // Sized for the upper end of what each class may need, as placement sized the shares.
+        // Sized for the upper end of what each class may need, as placement sized the shares; a
+        // profiled job as its runs measured it (their upper quantile).
+        let learned: Vec<Option<JobClass>> = jobs.iter().map(learned_class).collect();
         let classes: Option<Vec<&JobClass>> = jobs
             .iter()
-            .map(|j| {
-                j.class
+            .zip(&learned)
+            .map(|(j, l)| match l {
+                Some(c) => Some(c),
+                None => j
+                    .class
                     .as_deref()
-                    .and_then(|c| self.cfg.class_on(c, j.demand_pct, gpu, 1.0))
+                    .and_then(|c| self.cfg.class_on(c, j.demand_pct, gpu, 1.0)),
             })
             .collect();
         let Some(classes) = classes else {
@@ -858,25 +896,42 @@ impl<'a> NodeHelper<'a> {
             self.close_interval(&mut run, g)?;
             self.emit_idle(&mut run, g);
             let class = job.class.clone().filter(|c| self.cfg.class(c).is_some());
+            let learned = job
+                .profile
+                .as_deref()
+                .and_then(|p| crate::profile::wire::decode(p, "profile"));
+            let model_class = learned
+                .as_ref()
+                .or_else(|| class.as_deref().and_then(|c| self.cfg.class(c)));
             let bound = job.bound.unwrap_or_else(|| {
-                class
-                    .as_deref()
-                    .and_then(|c| self.cfg.class(c))
+                model_class
                     .and_then(|c| c.slowdown_bound)
                     .unwrap_or(self.cfg.policy.slowdown_bound)
             });
             // Within the job's time limit (written for the slowest type its request allowed):
             // no clock that would make it run longer here than alone there.
+            let reference = &self.cfg.gpu_types[self.cfg.reference_gpu];
             let bound = match (
-                class.as_deref().and_then(|c| self.cfg.class(c)),
+                model_class,
                 job.limit_type.as_deref().and_then(|t| self.cfg.gpu_type(t)),
             ) {
                 (Some(c), Some(slowest)) => bound.min(crate::policy::limit_cap(
                     c,
                     gpu_type,
                     &self.cfg.gpu_types[slowest],
-                    &self.cfg.gpu_types[self.cfg.reference_gpu],
+                    reference,
                 )),
+                _ => bound,
+            };
+            // A profiled job: its learned runtime here, within its limit.
+            let bound = match (&learned, job.time_limit_s) {
+                (Some(c), Some(limit)) => bound.min(
+                    (limit
+                        / crate::model::alone_runtime(c, gpu_type, reference)
+                            .0
+                            .max(1e-9))
+                    .max(1.0),
+                ),
                 _ => bound,
             };
             run.st
@@ -902,6 +957,10 @@ impl<'a> NodeHelper<'a> {
                     mps_wait_s: 0.0,
                     outside_mps_beside_uid: None,
                     demand_pct: job.demand_pct,
+                    profile_keys: job.profile_keys.clone(),
+                    profile: job.profile.clone(),
+                    busy_pct_s: 0.0,
+                    busy_window_s: 0.0,
                 });
         }
         self.save(&mut run)?;
@@ -1243,6 +1302,20 @@ impl<'a> NodeHelper<'a> {
             outside_mps: parts.iter().any(|p| p.outside_mps_beside_uid.is_some()),
             notes: vec![],
             clock_control: self.cfg.node.gpu_settings == GpuSettings::Manage,
+            profile_keys: first
+                .map_or_else(|| job.profile_keys.clone(), |p| p.profile_keys.clone()),
+            exit: job.exit.clone(),
+            // Measured over most of its run, or not at all.
+            busy_frac: {
+                let (busy, window): (f64, f64) = parts.iter().fold((0.0, 0.0), |(b, w), p| {
+                    (b + p.busy_pct_s, w + p.busy_window_s)
+                });
+                #[allow(clippy::cast_precision_loss)]
+                let per_gpu = dur * parts.len().max(1) as f64;
+                (window > 0.5 * per_gpu && window > 0.0)
+                    .then(|| (busy / 100.0 / window).clamp(0.0, 1.0))
+            },
+            max_memory_mib: None,
         }
     }
 
@@ -1280,6 +1353,11 @@ impl<'a> NodeHelper<'a> {
                 bound: Some(j.bound),
                 limit_type: None,
                 demand_pct: j.demand_pct,
+                profile_keys: j.profile_keys.clone(),
+                profile: j.profile.clone(),
+                // Ended by an admin's repair: how the job ended is not known.
+                exit: None,
+                time_limit_s: None,
             };
             self.epilog(&env)?;
             ended.push(id.clone());
@@ -1366,23 +1444,34 @@ fn share_of(j: &JobOnGpu) -> SharePct {
         .unwrap_or(SharePct::FULL)
 }
 
-/// A job without a known class is modelled as keeping its whole share busy at full power and
-/// fully clock-bound: the cautious guess for both its energy and its slowdown.
+/// The class a job's profile placed it with, when it has one that reads.
+fn learned_class(j: &JobOnGpu) -> Option<JobClass> {
+    j.profile
+        .as_deref()
+        .and_then(|p| crate::profile::wire::decode(p, &format!("profile of job {}", j.job_id)))
+}
+
+/// A profiled job is modelled with its learned class. A job without a known class is modelled
+/// as keeping its whole share busy at full power and fully clock-bound: the cautious guess for
+/// both its energy and its slowdown.
 fn fallback_classes(jobs: &[JobOnGpu]) -> Vec<JobClass> {
     jobs.iter()
-        .map(|j| JobClass {
-            name: "unclassified".into(),
-            kind: JobKind::Training,
-            description: String::new(),
-            reference_runtime_s: 3600.0,
-            speed_exponent: 0.0,
-            clock_bound_fraction: 1.0,
-            clock_knee: 0.0,
-            power_util: 1.0,
-            mem_intensity: 1.0,
-            memory_gib: 0.0,
-            demand: share_of(j).fraction(),
-            slowdown_bound: None,
+        .map(|j| {
+            learned_class(j).unwrap_or_else(|| JobClass {
+                name: "unclassified".into(),
+                kind: JobKind::Training,
+                description: String::new(),
+                reference_runtime_s: 3600.0,
+                speed_exponent: 0.0,
+                clock_bound_fraction: 1.0,
+                clock_knee: 0.0,
+                power_util: 1.0,
+                mem_intensity: 1.0,
+                memory_gib: 0.0,
+                demand: share_of(j).fraction(),
+                slowdown_bound: None,
+                measured_speed: vec![],
+            })
         })
         .collect()
 }
@@ -1392,6 +1481,7 @@ fn tenant<'c>(cfg: &'c Config, j: &JobOnGpu, fallback: &'c JobClass) -> Tenant<'
         class: j
             .class
             .as_deref()
+            .filter(|_| j.profile.is_none())
             .and_then(|c| cfg.class(c))
             .unwrap_or(fallback),
         share: share_of(j),

@@ -99,6 +99,20 @@ pub struct Record {
     /// GPU ran at whatever clock it had.
     #[serde(default = "yes", skip_serializing_if = "is_true")]
     pub clock_control: bool,
+    /// The job's profile keys, as `job_submit` wrote them (`SPANK_HESHARE_PROFILE_KEYS`): what
+    /// `heshare profiles update` files the run under.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub profile_keys: Vec<String>,
+    /// How the job ended, as the Epilog was told (`SLURM_JOB_EXIT_CODE2`, `exit:signal`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit: Option<String>,
+    /// The GPU busy fraction the driver measured for the job's processes (per GPU), where it
+    /// measured it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub busy_frac: Option<f64>,
+    /// The most GPU memory the job's processes held, where the driver said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_memory_mib: Option<f64>,
 }
 
 fn yes() -> bool {
@@ -201,6 +215,10 @@ mod tests {
             outside_mps: false,
             notes: vec![],
             clock_control: true,
+            profile_keys: vec![],
+            exit: None,
+            busy_frac: None,
+            max_memory_mib: None,
         }
     }
 

@@ -60,6 +60,19 @@ pub struct JobOnGpu {
     /// What its user said it needs of a reference GPU (`SPANK_HESHARE_DEMAND_PCT`).
     #[serde(default)]
     pub demand_pct: Option<u8>,
+    /// The job's profile keys (`SPANK_HESHARE_PROFILE_KEYS`), carried into its record.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub profile_keys: Vec<String>,
+    /// The class its profile placed it with (`SPANK_HESHARE_PROFILE`, as `profile::wire`
+    /// writes it): the clock is chosen for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<String>,
+    /// GPU busy time the driver measured for its processes (percent-seconds) and the seconds of
+    /// the intervals it measured: the record's busy fraction.
+    #[serde(default)]
+    pub busy_pct_s: f64,
+    #[serde(default)]
+    pub busy_window_s: f64,
 }
 
 /// A process the driver accounted work to, as last seen: whose job it is (decided while it ran,

@@ -13,6 +13,7 @@ pub use groups::GpuGroups;
 pub use placement::{
     Candidate, ClusterView, Decision, EnergyPolicy, GpuSlot, JobRequest, PlaceContext, PlacedJob,
     PlacementError, Plan, ShareRequest, SlotPower, limit_cap, place, place_slots, place_with,
+    sized_class,
 };
 pub use queue::TypeQueue;
 pub use share::{ShareError, ShareJob, ShareParams, SharePlan, ShareSpec, optimize};

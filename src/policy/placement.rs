@@ -75,6 +75,10 @@ pub struct JobRequest {
     /// `--gpu-share=auto`): an inference job is sized for it instead of its class's demand.
     #[serde(default)]
     pub demand_pct: Option<u8>,
+    /// The job as a profile of its own runs describes it (`profile::derive`): placed with this
+    /// class instead of the catalog's `class`, which then only names it.
+    #[serde(skip)]
+    pub learned: Option<Arc<JobClass>>,
 }
 
 fn one() -> u32 {
@@ -94,6 +98,7 @@ impl JobRequest {
             time_limit_s: None,
             reference_share: None,
             demand_pct: None,
+            learned: None,
         }
     }
 
@@ -287,11 +292,13 @@ pub struct PlaceContext {
 }
 
 /// A GPU type and its tenants, with users renumbered by first appearance (the model only asks
-/// whether two users are the same) and classes by address within one config.
+/// whether two users are the same) and classes by their content: a class learned for one
+/// decision (a job's profile) lives no longer than the decision, so its address could be another
+/// class's next time.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct PlanKey {
     gpu_type: usize,
-    tenants: Vec<(usize, ShareSpec, u32, u64)>,
+    tenants: Vec<(u64, ShareSpec, u32, u64)>,
 }
 
 /// Plans remembered beyond this many are dropped all at once (a long run sees few signatures).
@@ -339,7 +346,7 @@ impl PlaceContext {
                     }
                 };
                 (
-                    std::ptr::from_ref(j.class) as usize,
+                    j.class.fingerprint(),
                     j.share,
                     u32::try_from(user).unwrap_or(u32::MAX),
                     j.bound.to_bits(),
@@ -433,6 +440,39 @@ struct Sizing {
     /// The slowest allowed type present: the limit covers the job's runtime alone there at the
     /// default clock, so the job keeps within it wherever it runs no slower than that.
     slowest: Option<usize>,
+    /// A learned class predicts runtimes in seconds (its runs measured them): the limit caps
+    /// them as they are.
+    absolute: Option<f64>,
+}
+
+/// The class `req` is sized with on `gpu` (see `Config::class_on`): a catalog class with its
+/// margins; a learned class as its runs measured it, except that a service is sized larger by
+/// the type's `speed_uncertainty` on a type it never ran on. `class` is what `req` names or
+/// carries.
+pub fn sized_class<'a>(
+    cfg: &'a Config,
+    req: &JobRequest,
+    class: &'a JobClass,
+    gpu: &GpuType,
+    margins: f64,
+) -> std::borrow::Cow<'a, JobClass> {
+    use std::borrow::Cow;
+    if req.learned.is_none() {
+        return Cow::Borrowed(
+            cfg.class_on(&req.class, req.demand_pct, gpu, margins)
+                .unwrap_or(class),
+        );
+    }
+    let unmeasured = !class.measured_speed.iter().any(|(t, _)| *t == gpu.name);
+    let m = (gpu.speed_uncertainty.max(0.0) * margins.clamp(0.0, 1.0)).exp();
+    if class.kind == JobKind::Inference && unmeasured && m > 1.0 {
+        Cow::Owned(JobClass {
+            demand: class.demand * m,
+            ..class.clone()
+        })
+    } else {
+        Cow::Borrowed(class)
+    }
 }
 
 /// How much slower than alone (default clock) a job of `class` may run on `gpu` and still finish
@@ -445,12 +485,15 @@ pub fn limit_cap(class: &JobClass, gpu: &GpuType, slowest: &GpuType, reference: 
 impl<'a> Job<'a> {
     fn new(cfg: &'a Config, req: &'a JobRequest) -> Result<Job<'a>, PlacementError> {
         // Sized for the upper end of what a job of the class may need (`demand_margin`).
-        let class = cfg
-            .class(&req.class)
-            .ok_or_else(|| PlacementError::UnknownClass {
-                name: req.class.clone(),
-                known: cfg.class_names(),
-            })?;
+        let class = match req.learned.as_deref() {
+            Some(c) => c,
+            None => cfg
+                .class(&req.class)
+                .ok_or_else(|| PlacementError::UnknownClass {
+                    name: req.class.clone(),
+                    known: cfg.class_names(),
+                })?,
+        };
         if !(1..=64).contains(&req.gpus) {
             return Err(PlacementError::BadGpuCount(req.gpus));
         }
@@ -663,13 +706,16 @@ fn evaluate(
     let gpu = &cfg.gpu_types[type_idx];
     let reference = &cfg.gpu_types[cfg.reference_gpu];
     // Sized for this type: larger where the catalog's speed here is not measured.
-    let class = cfg
-        .class_on(&job.req.class, job.req.demand_pct, gpu, margins)
-        .unwrap_or(job.class);
-    // Within its time limit: no slower here than alone on the type the limit is written for.
-    let cap = sizing
-        .slowest
-        .map(|s| limit_cap(class, gpu, &cfg.gpu_types[s], reference));
+    let sized = sized_class(cfg, job.req, job.class, gpu, margins);
+    let class: &JobClass = &sized;
+    // Within its time limit: no slower here than alone on the type the limit is written for
+    // (a learned class: than its limit over its measured runtime here).
+    let cap = match sizing.absolute {
+        Some(limit) => Some(limit / alone_runtime(class, gpu, reference).0.max(1e-9)),
+        None => sizing
+            .slowest
+            .map(|s| limit_cap(class, gpu, &cfg.gpu_types[s], reference)),
+    };
     if let (Some(c), Some(limit)) = (cap, job.limit_s) {
         if c < 1.0 - 1e-9 {
             rejections.add(&gpu.name, || {
@@ -878,8 +924,16 @@ fn sizing(cfg: &Config, job: &Job<'_>, view: &[&GpuSlot], queues: &[TypeQueue]) 
         return Sizing {
             scale: 1.0,
             slowest: None,
+            absolute: None,
         };
     };
+    if job.req.learned.is_some() {
+        return Sizing {
+            scale: 1.0,
+            slowest: None,
+            absolute: Some(limit),
+        };
+    }
     let reference = &cfg.gpu_types[cfg.reference_gpu];
     let mut present = vec![false; cfg.gpu_types.len()];
     for s in view {
@@ -906,10 +960,12 @@ fn sizing(cfg: &Config, job: &Job<'_>, view: &[&GpuSlot], queues: &[TypeQueue]) 
                     .0
                     .max(1e-9),
             slowest: Some(t),
+            absolute: None,
         },
         None => Sizing {
             scale: limit / job.class.reference_runtime_s.max(1e-9),
             slowest: None,
+            absolute: None,
         },
     }
 }

@@ -410,6 +410,10 @@ mod tests {
             outside_mps: false,
             notes: vec![],
             clock_control: true,
+            profile_keys: vec![],
+            exit: None,
+            busy_frac: None,
+            max_memory_mib: None,
         }
     }
 

@@ -34,6 +34,7 @@ use super::packing::{NodeRes, Pod};
 use super::priority::QueueOrder;
 use super::rng::SplitMix;
 use super::schedulers::{Placement, Scheduler, trace_share};
+use super::templates::{self, Recurrence};
 use super::trace::TraceJob;
 use super::world::{JobTruth, Occupant, Runs, World};
 use crate::config::{Config, OtherUserShare};
@@ -46,8 +47,13 @@ use std::collections::{BinaryHeap, VecDeque};
 /// A job as the simulator runs it.
 #[derive(Debug, Clone)]
 pub struct SimJob {
-    /// Index into `Config::classes`.
+    /// Index into `Config::classes`: what the job truly is (the world's business).
     pub class: usize,
+    /// The user's script it is a run of (`templates`), and which run.
+    pub template: usize,
+    pub run: usize,
+    /// The class its user gives (`--gpu-class`): its true one, a wrong one, or none.
+    pub label: Option<usize>,
     pub num_gpus: u32,
     /// The share the trace asked for, per GPU (1000 = whole GPUs).
     pub gpu_milli: u32,
@@ -77,8 +83,17 @@ pub struct SimJob {
     pub booting: bool,
     /// Runs outside MPS, time-sliced beside another user's MPS server (set when it starts).
     pub native: bool,
+    /// What the node helper measures of it: GPU busy seconds (summed over its GPUs), the SM
+    /// clock of its first GPU over time (when it changed), and its GPU energy at its end.
+    pub busy_s: f64,
+    pub clocks: Vec<(f64, u32)>,
+    pub energy_j: f64,
+    /// It shared a GPU with another job at some point: its runtime is not its alone runtime.
+    pub crowded: bool,
     done_s: f64,
     rate: f64,
+    /// Its part of its GPU's busy time now.
+    busy: f64,
     last_s: f64,
     version: u32,
 }
@@ -243,6 +258,8 @@ pub struct WorkloadParams {
     pub max_duration_s: f64,
     pub users: u32,
     pub seed: u64,
+    /// How jobs recur as runs of their users' scripts, and what users say of them.
+    pub recurrence: Recurrence,
 }
 
 /// Draws `params.jobs` GPU jobs from the trace's (num_gpu, gpu_milli, gpu_spec, duration)
@@ -284,28 +301,86 @@ pub fn generate_jobs(
     #[allow(clippy::cast_precision_loss)]
     let mean_gap = mean_gpu_seconds / (params.load * gpu_count as f64);
     let mut t = 0.0;
+    let rec = params.recurrence;
+    // Templates and runs come from a stream of their own, so the arrival times and the trace
+    // rows drawn for new templates stay those of the other streams.
+    let mut recur = SplitMix::new(params.seed ^ 0x7E4D_1A7E_5EED);
+    // Per template: its (trace row, class, user, truth, label), made at its first run; and how
+    // many runs it had.
+    let slots = templates::count(rec, params.jobs);
+    // (trace row, class, user, truth, label)
+    type Drawn = (usize, usize, u32, JobTruth, Option<usize>);
+    let mut made: Vec<Option<Drawn>> = vec![
+        None;
+        if rec.runs_per_template > 1.0 {
+            slots
+        } else {
+            0
+        }
+    ];
+    let mut runs: Vec<usize> = vec![0; made.len()];
     (0..params.jobs)
         .map(|_| {
-            let src = gpu_jobs[rng.below(gpu_jobs.len())];
+            let row = rng.below(gpu_jobs.len());
             t += rng.exp(mean_gap);
-            let fraction = f64::from(src.gpu_milli) / 1000.0;
-            let class = if src.gpu_milli < 1000 && !inference.is_empty() {
-                *inference
-                    .iter()
-                    .min_by(|&&a, &&b| {
-                        (cfg.classes[a].demand - fraction)
-                            .abs()
-                            .total_cmp(&(cfg.classes[b].demand - fraction).abs())
-                    })
-                    .unwrap_or(&inference[0])
-            } else if !training.is_empty() {
-                training[rng.below(training.len())]
-            } else {
-                0
+            let slot = templates::pick(&mut recur, rec, slots);
+            let (template, (row, class, user, base_truth, label)) = match slot
+                .and_then(|k| made[k].map(|m| (k, m)))
+            {
+                Some(known) => known,
+                None => {
+                    let src = gpu_jobs[row];
+                    let fraction = f64::from(src.gpu_milli) / 1000.0;
+                    let class = if src.gpu_milli < 1000 && !inference.is_empty() {
+                        *inference
+                            .iter()
+                            .min_by(|&&a, &&b| {
+                                (cfg.classes[a].demand - fraction)
+                                    .abs()
+                                    .total_cmp(&(cfg.classes[b].demand - fraction).abs())
+                            })
+                            .unwrap_or(&inference[0])
+                    } else if !training.is_empty() {
+                        training[rng.below(training.len())]
+                    } else {
+                        0
+                    };
+                    let user = u32::try_from(rng.below(params.users.max(1) as usize)).unwrap_or(0);
+                    let truth = world.draw(class, fraction.min(1.0), &mut truths);
+                    let label = match templates::label(&mut recur, rec) {
+                        templates::Label::None => None,
+                        templates::Label::True => Some(class),
+                        // Another class, any kind: users copy scripts and their options.
+                        templates::Label::Wrong => {
+                            let other = recur.below(cfg.classes.len().max(2) - 1);
+                            Some(
+                                if other >= class { other + 1 } else { other }
+                                    .min(cfg.classes.len().saturating_sub(1)),
+                            )
+                        }
+                    };
+                    let made_now = (row, class, user, truth, label);
+                    match slot {
+                        Some(k) => {
+                            made[k] = Some(made_now);
+                            (k, made_now)
+                        }
+                        // Nothing recurs: a template of its own.
+                        None => {
+                            runs.push(0);
+                            (runs.len() - 1, made_now)
+                        }
+                    }
+                }
             };
-            let user = u32::try_from(rng.below(params.users.max(1) as usize)).unwrap_or(0);
-            let work_s = duration(src);
-            let truth = world.draw(class, fraction.min(1.0), &mut truths);
+            runs[template] += 1;
+            let src = gpu_jobs[row];
+            // This run's work and, for a service, its load, around its template's.
+            let work_s = duration(src) * templates::noise(&mut recur, rec.run_noise);
+            let mut truth = base_truth;
+            if world.kind(class) == JobKind::Inference {
+                truth.demand *= templates::noise(&mut recur, rec.run_noise / 2.0);
+            }
             let slowest = present
                 .iter()
                 .filter(|&&p| src.gpu_types.is_empty() || src.gpu_types.contains(&p))
@@ -313,6 +388,9 @@ pub fn generate_jobs(
                 .fold(work_s, f64::max);
             SimJob {
                 class,
+                template,
+                run: runs[template],
+                label,
                 num_gpus: src.num_gpus,
                 gpu_milli: src.gpu_milli,
                 gpu_types: src.gpu_types.clone(),
@@ -331,8 +409,13 @@ pub fn generate_jobs(
                 killed_s: None,
                 booting: false,
                 native: false,
+                busy_s: 0.0,
+                clocks: Vec::new(),
+                energy_j: 0.0,
+                crowded: false,
                 done_s: 0.0,
                 rate: 0.0,
+                busy: 0.0,
                 last_s: 0.0,
                 version: 0,
             }
@@ -392,6 +475,34 @@ pub struct RunMetrics {
     /// scheduler that sets none).
     pub site_factors: Vec<i32>,
     pub errors: Vec<PredictionError>,
+    /// By the day jobs were submitted on: what the day's jobs cost and took.
+    pub daily: Vec<Period>,
+    /// How heshare used profiles (heshare as it ships only).
+    pub profiles: Option<super::learning::ProfileStats>,
+}
+
+/// The jobs submitted in one stretch of simulated time.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct Period {
+    /// Jobs that ended (finished or killed) and their GPU energy as the meter split it (each
+    /// job's GPUs' power by share and draw), summed.
+    pub jobs: usize,
+    pub gpu_energy_j: f64,
+    /// Summed JCT (a killed job: until its kill plus a rerun alone, as `jct_all_s`).
+    pub jct_s: f64,
+    pub violations: usize,
+}
+
+/// A simulated day, seconds.
+pub const DAY_S: f64 = 86_400.0;
+
+impl Period {
+    pub fn add(&mut self, o: &Period) {
+        self.jobs += o.jobs;
+        self.gpu_energy_j += o.gpu_energy_j;
+        self.jct_s += o.jct_s;
+        self.violations += o.violations;
+    }
 }
 
 impl RunMetrics {
@@ -673,7 +784,9 @@ pub fn run(
             }
         }
     }
-    close(st, world, r, makespan)
+    let mut m = close(st, world, r, makespan);
+    m.profiles = sched.profile_stats();
+    m
 }
 
 /// Keeps the waiting queue in Slurm's priority order. Below `PriorityMaxAge` every job's age
@@ -877,7 +990,9 @@ fn advance_gpu(st: &mut State<'_>, gpu: usize, t: f64) {
     let jobs: Vec<usize> = st.gpus[gpu].jobs.clone();
     for j in jobs {
         let job = &mut st.jobs[j];
-        job.done_s += job.rate * (t - job.last_s).max(0.0);
+        let dt = (t - job.last_s).max(0.0);
+        job.done_s += job.rate * dt;
+        job.busy_s += job.busy * dt;
         job.last_s = t;
     }
 }
@@ -902,6 +1017,7 @@ fn refresh_gpu(st: &mut State<'_>, sched: &mut dyn Scheduler, r: &mut Run<'_>, g
         g.busy_frac = 0.0;
         for &j in &g.jobs {
             st.jobs[j].rate = 0.0;
+            st.jobs[j].busy = 0.0;
             st.jobs[j].version += 1;
         }
         r.meter.gpu(t, gpu, 0.0, &[]);
@@ -943,10 +1059,16 @@ fn refresh_gpu(st: &mut State<'_>, sched: &mut dyn Scheduler, r: &mut Run<'_>, g
     g.clock = clock;
     g.busy_frac = truth.busy;
     let jobs = g.jobs.clone();
+    let crowded = jobs.len() > 1;
     for (k, j) in jobs.into_iter().enumerate() {
         let job = &mut st.jobs[j];
         // A multi-GPU job moves at the pace of its slowest GPU; all its GPUs are alike here.
         job.rate = truth.rate[k];
+        job.busy = truth.job_busy[k];
+        job.crowded |= crowded;
+        if job.gpus.first() == Some(&gpu) && job.clocks.last().is_none_or(|c| c.1 != clock.0) {
+            job.clocks.push((t, clock.0));
+        }
         job.version += 1;
         if job.rate > 0.0 {
             let left = (job.work_s - job.done_s).max(0.0);
@@ -1161,6 +1283,8 @@ fn finish(st: &mut State<'_>, sched: &mut dyn Scheduler, r: &mut Run<'_>, j: usi
         r.idle_from_now(st, node);
     }
     st.version += 1;
+    // Every GPU it held was flushed to now above: its energy is whole.
+    st.jobs[j].energy_j = r.meter.job_energy_j().get(j).copied().unwrap_or(0.0);
     sched.finished(st, j);
 }
 
@@ -1208,6 +1332,8 @@ fn close(st: &mut State<'_>, world: &World, r: Run<'_>, makespan: f64) -> RunMet
         utilisation: 0.0,
         violations: 0,
         errors: Vec::new(),
+        daily: Vec::new(),
+        profiles: None,
     };
     let finished: Vec<(f64, f64, f64)> = st
         .jobs
@@ -1234,19 +1360,30 @@ fn close(st: &mut State<'_>, world: &World, r: Run<'_>, makespan: f64) -> RunMet
         let t = st.gpus[j.gpus[0]].gpu_type;
         let real_rate = world.alone_rate(j.class, &j.truth, t);
         let alone = j.work_s / real_rate.max(1e-12);
+        // The cast is exact: weeks from the start are few.
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        let wk = (j.submit_s / DAY_S).floor().max(0.0) as usize;
+        if m.daily.len() <= wk {
+            m.daily.resize(wk + 1, Period::default());
+        }
+        m.daily[wk].jobs += 1;
+        m.daily[wk].gpu_energy_j += j.energy_j;
         if let Some(k) = j.killed_s {
             if alone <= j.limit_s {
                 m.killed_by_sharing_or_clock += 1;
             }
             m.jct_all_s.push(k - j.submit_s + alone);
+            m.daily[wk].jct_s += k - j.submit_s + alone;
             continue;
         }
         m.jct_all_s.push(f - j.submit_s);
+        m.daily[wk].jct_s += f - j.submit_s;
         let class = &st.cfg.classes[j.class];
         let gt = &st.cfg.gpu_types[t];
         let bound = class.slowdown_bound.unwrap_or(st.cfg.policy.slowdown_bound);
         if (f - s) > alone * bound * (1.0 + 1e-6) {
             m.violations += 1;
+            m.daily[wk].violations += 1;
         }
         // heshare's predictor for the same job alone on this type at the default clock.
         let p = predict(
@@ -1446,6 +1583,7 @@ mod tests {
             max_duration_s: 20_000.0,
             users: 3,
             seed,
+            recurrence: Recurrence::independent(),
         };
         let world = World::new(cfg);
         let jobs = generate_jobs(cfg, &world, trace, gpus, &present(nodes), wl);
@@ -1551,6 +1689,7 @@ mod tests {
                 max_duration_s: 1000.0,
                 users: 1,
                 seed: 1,
+                recurrence: Recurrence::independent(),
             },
         );
         let class = cfg.classes_of(JobKind::Training)[0];
@@ -1633,6 +1772,7 @@ mod tests {
             max_duration_s: 20_000.0,
             users: 3,
             seed: 5,
+            recurrence: Recurrence::independent(),
         };
         let jobs = generate_jobs(&cfg, &world, &trace, gpus, &present(&nodes), wl);
         let mut st = build_state(&cfg, &nodes, jobs);
@@ -1687,6 +1827,7 @@ mod tests {
             max_duration_s: 1000.0,
             users: 1,
             seed: 3,
+            recurrence: Recurrence::independent(),
         };
         let mut jobs = generate_jobs(&cfg, &world, &trace, gpus, &present(&nodes), wl);
         let class = cfg
@@ -1838,6 +1979,7 @@ mod tests {
                 max_duration_s: 1000.0,
                 users: 1,
                 seed: 4,
+                recurrence: Recurrence::independent(),
             },
         );
         let class = cfg.classes_of(JobKind::Training)[0];
@@ -1929,6 +2071,7 @@ mod tests {
                 max_duration_s: 1000.0,
                 users: 1,
                 seed: 6,
+                recurrence: Recurrence::independent(),
             },
         );
         // Job 0 holds one GPU for up to 1000 s; job 1 wants both and reserves the node at
@@ -1991,6 +2134,7 @@ mod tests {
                 max_duration_s: 1000.0,
                 users: 1,
                 seed: 6,
+                recurrence: Recurrence::independent(),
             },
         );
         // Four jobs that each take the whole node, one after the other.
@@ -2045,6 +2189,7 @@ mod tests {
             max_duration_s: 20_000.0,
             users: 3,
             seed: 9,
+            recurrence: Recurrence::independent(),
         };
         let mut jobs = generate_jobs(&cfg, &world, &trace, gpus, &present(&nodes), wl);
         // No node has 64 GPUs.
@@ -2108,6 +2253,7 @@ mod tests {
             max_duration_s: 20_000.0,
             users: 3,
             seed: 1,
+            recurrence: Recurrence::independent(),
         };
         let world = World::new(&cfg);
         let p = present(&nodes);

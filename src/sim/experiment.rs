@@ -36,6 +36,10 @@ pub struct Spec {
     pub queue: QueueOrder,
     pub policies: Vec<String>,
     pub threads: usize,
+    /// How jobs recur and what their users label.
+    pub recurrence: super::templates::Recurrence,
+    /// Days per row of the learning curve.
+    pub curve_days: usize,
 }
 
 /// Keeps `scale` of the nodes of each GPU model (at least one), in file order, so the scaled
@@ -113,6 +117,8 @@ pub struct SeedRun {
     pub site_factors: Vec<i32>,
     #[serde(skip)]
     pub errors: Vec<engine::PredictionError>,
+    pub daily: Vec<engine::Period>,
+    pub profiles: Option<super::learning::ProfileStats>,
 }
 
 /// The spread of a scheduler's site factors over the jobs that started.
@@ -202,6 +208,19 @@ pub struct Ratio {
     pub per_seed: Vec<f64>,
 }
 
+/// One simulated week of the learning curve (jobs by the week they were submitted in).
+#[derive(Debug, Clone, Serialize)]
+pub struct WeekRow {
+    /// The days (from 1) whose jobs the row covers.
+    pub first_day: usize,
+    pub last_day: usize,
+    pub heshare_jobs: usize,
+    pub heshare_energy: Option<f64>,
+    pub heshare_jct: Option<f64>,
+    pub labelled_energy: Option<f64>,
+    pub labelled_jct: Option<f64>,
+}
+
 /// The predictor's error for one class on one GPU type, over the jobs that ran there.
 #[derive(Debug, Clone, Serialize)]
 pub struct ErrorRow {
@@ -230,6 +249,16 @@ pub struct Report {
     pub rows: Vec<PolicyRow>,
     /// heshare as it ships against the best baseline.
     pub shipped: Vec<Ratio>,
+    /// heshare with every job labelled truly (no profiles) against the best baseline.
+    pub labelled: Vec<Ratio>,
+    /// heshare as it ships against heshare with true labels, per seed.
+    pub learned_vs_labelled: Vec<Ratio>,
+    /// Week by week, heshare's and heshare-labelled's GPU energy per job and mean JCT against
+    /// the best baseline's that week (median over seeds).
+    pub learning_curve: Vec<WeekRow>,
+    /// How heshare's decisions used profiles, summed over seeds.
+    pub profiles: Option<super::learning::ProfileStats>,
+    pub recurrence: super::templates::Recurrence,
     /// heshare-ideal against the best baseline (an upper bound, not a result).
     pub ideal: Vec<Ratio>,
     pub predictor_error: Vec<ErrorRow>,
@@ -312,6 +341,7 @@ pub fn run(
                             max_duration_s: spec.max_duration_s,
                             users: spec.users,
                             seed,
+                            recurrence: spec.recurrence,
                         };
                         let jobs = engine::generate_jobs(cfg, world, trace, gpus, present, wl);
                         let mut st = engine::build_state(cfg, nodes, jobs);
@@ -444,6 +474,8 @@ fn summarise(
             site_factors: m.site_factors.clone(),
             jct_s: jct,
             errors: m.errors.clone(),
+            daily: m.daily.clone(),
+            profiles: m.profiles.clone(),
         });
     }
     let mut rows = Vec::new();
@@ -542,7 +574,122 @@ fn summarise(
         out
     };
     let shipped = ratios("heshare");
+    let labelled = ratios("heshare-labelled");
     let ideal = ratios("heshare-ideal");
+    // heshare learning its profiles against heshare told every job's true class, per seed.
+    let mut learned_vs_labelled = Vec::new();
+    {
+        type Metric = (&'static str, fn(&SeedRun) -> f64);
+        let metrics: [Metric; 3] = [
+            ("facility energy per job", |r| r.energy_per_job_kj),
+            ("mean JCT", |r| r.mean_jct_s),
+            ("bound violations", |r| {
+                #[allow(clippy::cast_precision_loss)]
+                let v = r.violations as f64;
+                v
+            }),
+        ];
+        for (metric, f) in metrics {
+            let per_seed: Vec<f64> = spec
+                .seeds
+                .iter()
+                .filter_map(|&seed| {
+                    let a = runs
+                        .iter()
+                        .find(|r| r.seed == seed && r.policy == "heshare")?;
+                    let b = runs
+                        .iter()
+                        .find(|r| r.seed == seed && r.policy == "heshare-labelled")?;
+                    Some(f(a) / f(b).max(1e-9))
+                })
+                .collect();
+            if per_seed.is_empty() {
+                continue;
+            }
+            let mut sorted = per_seed.clone();
+            sorted.sort_by(f64::total_cmp);
+            learned_vs_labelled.push(Ratio {
+                metric,
+                best_baseline: "heshare-labelled".into(),
+                min: sorted[0],
+                median: median_of(&sorted),
+                max: sorted[sorted.len() - 1],
+                per_seed,
+            });
+        }
+    }
+    // Period by period: each period's jobs' GPU energy per job against the best baseline's.
+    let days = runs.iter().map(|r| r.daily.len()).max().unwrap_or(0);
+    let per = spec.curve_days.max(1);
+    let periods = days.div_ceil(per);
+    let mut learning_curve = Vec::new();
+    for w in 0..periods {
+        let sum = |r: &SeedRun| {
+            let mut p = engine::Period::default();
+            for d in r.daily.iter().skip(w * per).take(per) {
+                p.add(d);
+            }
+            p
+        };
+        let per_job = |r: &SeedRun| {
+            Some(sum(r)).filter(|x| x.jobs > 0).map(|x| {
+                #[allow(clippy::cast_precision_loss)]
+                let n = x.jobs as f64;
+                (x.gpu_energy_j / n, x.jct_s / n, x.jobs)
+            })
+        };
+        let ratio_of = |who: &str, pick: fn((f64, f64, usize)) -> f64| -> Option<f64> {
+            let mut v: Vec<f64> = spec
+                .seeds
+                .iter()
+                .filter_map(|&seed| {
+                    let h = runs.iter().find(|r| r.seed == seed && r.policy == who)?;
+                    let best = runs
+                        .iter()
+                        .filter(|r| r.seed == seed && is_baseline(&r.policy))
+                        .filter_map(|r| per_job(r).map(pick))
+                        .fold(f64::INFINITY, f64::min);
+                    let mine = per_job(h).map(pick)?;
+                    best.is_finite().then(|| mine / best.max(1e-9))
+                })
+                .collect();
+            v.sort_by(f64::total_cmp);
+            (!v.is_empty()).then(|| median_of(&v))
+        };
+        let jobs = runs
+            .iter()
+            .filter(|r| r.policy == "heshare")
+            .filter_map(|r| per_job(r).map(|x| x.2))
+            .sum::<usize>();
+        learning_curve.push(WeekRow {
+            first_day: w * per + 1,
+            last_day: ((w + 1) * per).min(days),
+            heshare_jobs: jobs,
+            heshare_energy: ratio_of("heshare", |x| x.0),
+            heshare_jct: ratio_of("heshare", |x| x.1),
+            labelled_energy: ratio_of("heshare-labelled", |x| x.0),
+            labelled_jct: ratio_of("heshare-labelled", |x| x.1),
+        });
+    }
+    let profiles = runs
+        .iter()
+        .filter(|r| r.policy == "heshare")
+        .filter_map(|r| r.profiles.clone())
+        .reduce(|mut a, b| {
+            a.submitted += b.submitted;
+            a.with_profile += b.with_profile;
+            for k in 0..3 {
+                a.by_level[k] += b.by_level[k];
+            }
+            a.labelled += b.labelled;
+            a.as_asked += b.as_asked;
+            a.overruled += b.overruled;
+            a.overruled_wrong += b.overruled_wrong;
+            a.taught += b.taught;
+            a.foreign += b.foreign;
+            a.profiles += b.profiles;
+            a
+        });
     // Predictor error over the finished jobs of heshare's own runs (of every run when heshare was
     // not among the policies): what its decisions were based on against what the world did.
     let mut by: std::collections::BTreeMap<(usize, usize), Vec<(f64, f64)>> =
@@ -595,6 +742,11 @@ fn summarise(
         snapshot_period_s: cfg.live.snapshot_period_s,
         rows,
         shipped,
+        labelled,
+        learned_vs_labelled,
+        learning_curve,
+        profiles,
+        recurrence: spec.recurrence,
         ideal,
         predictor_error,
         energy_lower_bound_kwh: median_of(&bounds),

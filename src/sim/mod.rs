@@ -4,10 +4,12 @@
 pub mod cons_tres;
 pub mod engine;
 pub mod experiment;
+pub mod learning;
 pub mod meter;
 pub mod packing;
 pub mod priority;
 pub mod rng;
 pub mod schedulers;
+pub mod templates;
 pub mod trace;
 pub mod world;

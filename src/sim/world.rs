@@ -360,6 +360,8 @@ pub const TIME_SLICE_EFFICIENCY: f64 = 0.85;
 /// The MPS clients' picture of a GPU, before time-slicing with native contexts.
 struct Group {
     rate: Vec<f64>,
+    /// Each client's busy share of the GPU.
+    each_busy: Vec<f64>,
     draw: Vec<f64>,
     /// An inference client's load on its share (>1: it falls behind); 1 for training.
     load: Vec<f64>,
@@ -387,6 +389,9 @@ pub struct GpuTruth {
     pub job_power_w: Vec<f64>,
     /// SM-busy share of the GPU.
     pub busy: f64,
+    /// Per occupant, its part of that busy share (what the driver's per-process accounting
+    /// would measure of its processes).
+    pub job_busy: Vec<f64>,
 }
 
 /// The simulator's ground truth. Built once per run from the bundled measurements.
@@ -682,6 +687,11 @@ impl World {
     }
 
     /// A label of the measured workload the job was drawn as.
+    /// Whether class `class` is a training job or a service, as the world runs it.
+    pub fn kind(&self, class: usize) -> JobKind {
+        self.kinds[class]
+    }
+
     pub fn label(&self, class: usize, truth: &JobTruth) -> &str {
         self.variant(class, truth)
             .map_or("parametric", |v| &v.label)
@@ -741,13 +751,15 @@ impl World {
                 if o.runs == Runs::Mps {
                     group.rate[k] = sliced(o.class, group.rate[k], group.load[k], f0);
                     group.draw[k] *= f0;
+                    group.each_busy[k] *= f0;
                 }
             }
             for (i, &k) in natives.iter().enumerate() {
-                let (rate, load, draw, _) = alone[i];
+                let (rate, load, draw, busy) = alone[i];
                 let f = part(i + 1);
                 group.rate[k] = sliced(occ[k].class, rate, load, f);
                 group.draw[k] = draw * f;
+                group.each_busy[k] = busy * f;
             }
             group.busy = got.iter().sum::<f64>().min(1.0);
         }
@@ -791,6 +803,7 @@ impl World {
             rate: group.rate,
             job_power_w,
             busy: group.busy,
+            job_busy: group.each_busy,
         }
     }
 
@@ -857,9 +870,17 @@ impl World {
                 }
             }
         }
+        // More than the whole GPU asked: each gets its part of what there is.
+        let scale = if total_busy > 1.0 {
+            1.0 / total_busy
+        } else {
+            1.0
+        };
+        let busy_each: Vec<f64> = busy.iter().map(|b| b * scale).collect();
         let busy = total_busy.min(1.0);
         Group {
             rate,
+            each_busy: busy_each,
             draw,
             load: eff_load,
             busy,

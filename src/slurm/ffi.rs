@@ -11,8 +11,8 @@
 
 use super::live;
 use super::request::{
-    AskError, Live, Site, Submission, Verdict, decide_with, merge_admin_comment, parse_gpu_request,
-    parse_options,
+    AskError, GpuAsk, Live, Site, Submission, Verdict, decide_with, merge_admin_comment,
+    parse_gpu_request, parse_options,
 };
 use crate::config::{Config, check_slurm_gres, slurm_feature_types, slurm_gpu_types};
 use std::ffi::{CStr, CString, c_char, c_int, c_void};
@@ -49,6 +49,11 @@ struct JobView {
     min_cpus: u32,
     pn_min_memory: u64,
     batch: c_int,
+    name: *const c_char,
+    script: *const c_char,
+    account: *const c_char,
+    argv: *mut *mut c_char,
+    argc: u32,
 }
 
 unsafe extern "C" {
@@ -513,6 +518,11 @@ fn submit(desc: *mut c_void, submit_uid: u32, err_msg: *mut *mut c_char) -> c_in
         min_cpus: 0,
         pn_min_memory: 0,
         batch: 0,
+        name: std::ptr::null(),
+        script: std::ptr::null(),
+        account: std::ptr::null(),
+        argv: std::ptr::null_mut(),
+        argc: 0,
     };
     // SAFETY: desc is slurmctld's job description; the shim only reads its fields.
     unsafe { hs_job_view_fill(desc, &mut v) };
@@ -574,6 +584,55 @@ fn submit(desc: *mut c_void, submit_uid: u32, err_msg: *mut *mut c_char) -> c_in
         unsafe { (hs_no_val(), hs_infinite(), hs_no_val64(), hs_mem_per_cpu()) };
     let features = c_str(v.features);
     let prefer = c_str(v.prefer);
+    // Who the job is, for its profile: its own keys go to the node with every GPU job, so its
+    // runs teach them, and the newest store may already know one of them.
+    let (name, script, account) = (c_str(v.name), c_str(v.script), c_str(v.account));
+    let command = (script.is_none() && !v.argv.is_null()).then(|| {
+        // SAFETY: argv holds argc string pointers (null-checked each), as Slurm filled it.
+        (0..v.argc as usize)
+            .filter_map(|i| c_str(unsafe { *v.argv.add(i) }))
+            .collect::<Vec<_>>()
+            .join(" ")
+    });
+    let request = ask.as_ref().map(GpuAsk::request_string).unwrap_or_default();
+    let keys = if ask.is_some() {
+        crate::profile::keys(&crate::profile::Identity {
+            uid: user,
+            account: account.as_deref().unwrap_or(""),
+            name: name.as_deref(),
+            script: script.as_deref(),
+            command: command.as_deref(),
+            request: &request,
+        })
+    } else {
+        Vec::new()
+    };
+    let book = live::profiles().filter(|_| loaded.cfg.profiles.enabled);
+    let learned = book.as_deref().and_then(|b| {
+        crate::profile::lookup(
+            &loaded.cfg,
+            b,
+            &keys,
+            crate::profile::Asked {
+                label: opts.gpu_class.as_deref().and_then(|c| loaded.cfg.class(c)),
+                share: ask.as_ref().is_some_and(|a| a.mps_pct.is_some()),
+            },
+            live::now_s(),
+            loaded.cfg.profiles.derive_settings(),
+        )
+    });
+    let keys_env: Vec<String> = (!keys.is_empty())
+        .then(|| {
+            format!(
+                "HESHARE_PROFILE_KEYS={}",
+                keys.iter()
+                    .map(crate::profile::ProfileKey::as_str)
+                    .collect::<Vec<_>>()
+                    .join(",")
+            )
+        })
+        .into_iter()
+        .collect();
     let sub = Submission {
         ask: ask.as_ref(),
         opts: &opts,
@@ -590,6 +649,7 @@ fn submit(desc: *mut c_void, submit_uid: u32, err_msg: *mut *mut c_char) -> c_in
             .then_some(v.pn_min_memory),
         asked: None,
         demand_pct: None,
+        learned: learned.as_ref(),
     };
     let cfg = Arc::clone(&loaded.cfg);
     match decide_with(&cfg, &loaded.site, live_view, &sub, &mut loaded.ctx) {
@@ -601,6 +661,7 @@ fn submit(desc: *mut c_void, submit_uid: u32, err_msg: *mut *mut c_char) -> c_in
                     hs_job_admin_comment(desc),
                     &merge_admin_comment(existing_comment.as_deref(), &note),
                 );
+                h.push_env(desc, &keys_env);
             }
             SLURM_SUCCESS
         }
@@ -625,6 +686,7 @@ fn submit(desc: *mut c_void, submit_uid: u32, err_msg: *mut *mut c_char) -> c_in
                     &merge_admin_comment(existing_comment.as_deref(), &r.admin_comment),
                 );
                 h.push_env(desc, &r.spank_env);
+                h.push_env(desc, &keys_env);
                 // heshare's priority goes into the site factor, which only the plugin sets at
                 // submission and only operators change later: the user's nice stays theirs.
                 let offset = i64::from(hs_nice_offset());
@@ -870,9 +932,19 @@ mod tests {
                 assert!(
                     !after.iter().any(|e| e == "HESHARE_CLASS=vit-infer"
                         || e.starts_with("HESHARE_BOUND=100")
-                        || e.starts_with("HESHARE_PROFILE_KEY")),
+                        || e.starts_with("HESHARE_PROFILE_KEY=")),
                     "{gres}: {after:?}"
                 );
+                if !gres.is_empty() {
+                    // The job's own keys, from what Slurm says of it (uid 1000, no account).
+                    assert!(
+                        after.contains(&"HESHARE_PROFILE_KEYS=request:uid1000:gpu%3A1".to_owned())
+                            || after.contains(
+                                &"HESHARE_PROFILE_KEYS=request:uid1000:mps%3A30".to_owned()
+                            ),
+                        "{after:?}"
+                    );
+                }
                 if gres == "gres:gpu:1" {
                     // heshare's own entries, from its decision (the user's bert-train option).
                     assert!(

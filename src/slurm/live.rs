@@ -21,6 +21,7 @@ use super::snapshot::{
 };
 use crate::config::Config;
 use crate::policy::{PlaceContext, PlacedJob, SlotPower};
+use crate::profile::Book;
 use crate::units::SharePct;
 use std::cell::Cell;
 use std::ffi::{CStr, CString, c_char, c_int, c_void};
@@ -166,6 +167,73 @@ pub fn current() -> Option<Arc<Snapshot>> {
     CURRENT.read().ok().and_then(|g| g.clone())
 }
 
+static PROFILES: RwLock<Option<Arc<Book>>> = RwLock::new(None);
+
+/// The profile store as last loaded (`[profiles] store`), `None` when there is none, it does not
+/// read, or profiles are off: decisions are then made as without profiles.
+pub fn profiles() -> Option<Arc<Book>> {
+    PROFILES.read().ok().and_then(|g| g.clone())
+}
+
+/// Which store file the thread loaded, and its modification time and size then.
+#[derive(Debug, Clone, PartialEq, Default)]
+struct StoreSeen {
+    path: Option<std::path::PathBuf>,
+    stamp: Option<(SystemTime, u64)>,
+    loaded: bool,
+}
+
+/// Reloads the profile store when it changed (another file, time or size), publishing it for
+/// `job_submit`. A missing or unreadable store is logged once per change and leaves no
+/// profiles: every job is then decided as without them.
+fn reload_profiles(cfg: &Config, seen: &mut StoreSeen) {
+    let path = &cfg.profiles.store;
+    if !cfg.profiles.enabled {
+        if seen.loaded || seen.path.is_some() {
+            log::info!("heshare: profiles are off ([profiles] enabled = false)");
+        }
+        *seen = StoreSeen::default();
+        if let Ok(mut p) = PROFILES.write() {
+            *p = None;
+        }
+        return;
+    }
+    let stamp = std::fs::metadata(path)
+        .ok()
+        .map(|m| (m.modified().unwrap_or(UNIX_EPOCH), m.len()));
+    if seen.path.as_deref() == Some(path.as_path()) && seen.stamp == stamp {
+        return;
+    }
+    seen.path = Some(path.clone());
+    seen.stamp = stamp;
+    let book = match crate::profile::store::load(path) {
+        Ok(Some(f)) => {
+            log::info!(
+                "heshare: profile store {}: {} profiles (updated {:.0} s ago)",
+                path.display(),
+                f.book.profiles.len(),
+                (now_s() - f.updated_s).max(0.0)
+            );
+            Some(Arc::new(f.book))
+        }
+        Ok(None) => {
+            log::info!(
+                "heshare: no profile store at {} yet (`heshare profiles update` makes it); jobs are decided without profiles",
+                path.display()
+            );
+            None
+        }
+        Err(e) => {
+            log::error!("heshare: {e}; jobs are decided without profiles until it reads");
+            None
+        }
+    };
+    seen.loaded = book.is_some();
+    if let Ok(mut p) = PROFILES.write() {
+        *p = book;
+    }
+}
+
 /// Seconds since the Unix epoch: the snapshot's clock.
 pub fn now_s() -> f64 {
     SystemTime::now()
@@ -265,6 +333,7 @@ fn run(generation: u64, source: Source) {
     let mut first_failure: Option<Instant> = None;
     let mut logged_failure = false;
     let mut last_status: Option<Instant> = None;
+    let mut store_seen = StoreSeen::default();
     // The first read waits a moment: init runs before slurmctld listens.
     let mut wait = Duration::from_secs(1);
     loop {
@@ -277,6 +346,7 @@ fn run(generation: u64, source: Source) {
             continue;
         };
         wait = Duration::from_secs_f64(cfg.live.snapshot_period_s);
+        reload_profiles(&cfg, &mut store_seen);
         if !acting_primary() {
             continue;
         }
@@ -605,7 +675,7 @@ unsafe fn read_jobs(
                 }
                 let now = i64::from(j.site_factor) - i64::from(b::NICE_OFFSET);
                 let job = PendingJob {
-                    class: d.class,
+                    class: d.class.clone(),
                     user: j.user_id.to_string(),
                     gpus: ask.gpus,
                     mps_pct: ask.mps_pct.and_then(|p| u8::try_from(p).ok()),
@@ -625,6 +695,21 @@ unsafe fn read_jobs(
                     demand_pct: d.demand_pct,
                     // The factor on the job is heshare's only while it is the one heshare set.
                     site_factor: d.site_factor.filter(|&f| i64::from(f) == now),
+                    // Its profile as the store has it now.
+                    learned: d.profile.as_ref().and_then(|k| {
+                        let book = profiles()?;
+                        crate::profile::lookup(
+                            cfg,
+                            &book,
+                            std::slice::from_ref(k),
+                            crate::profile::Asked {
+                                label: cfg.class(&d.class),
+                                share: ask.mps_pct.is_some(),
+                            },
+                            now_s(),
+                            cfg.profiles.derive_settings(),
+                        )
+                    }),
                 };
                 ours.push((j.priority, j.job_id, (j.job_id, job, comment)));
             }

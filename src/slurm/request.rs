@@ -18,7 +18,9 @@ use crate::config::Config;
 use crate::model::full_speed_share;
 use crate::policy::{
     ClusterView, EnergyPolicy, GpuSlot, JobRequest, PlaceContext, Plan, ShareRequest, place_slots,
+    sized_class,
 };
+use crate::profile::Learned;
 use crate::units::SharePct;
 
 /// How the running Slurm spells GRES in TRES strings: `gres:gpu:1` up to 23.02, `gres/gpu:1`
@@ -50,6 +52,23 @@ pub struct GpuAsk {
     pub others: Vec<String>,
     /// Asked per job (`--gpus=N`, tres_per_job) rather than per node (`--gres`, tres_per_node).
     pub per_job: bool,
+}
+
+impl GpuAsk {
+    /// The request as asked, for a job's profile key: `gpu:1`, `gpu:a100:2`, `mps:30`,
+    /// `gpus:4` (per job).
+    pub fn request_string(&self) -> String {
+        let kind = match (self.mps_pct, self.per_job) {
+            (Some(_), _) => "mps",
+            (None, true) => "gpus",
+            (None, false) => "gpu",
+        };
+        let n = self.mps_pct.unwrap_or(self.gpus);
+        match &self.gpu_type {
+            Some(t) => format!("{kind}:{t}:{n}"),
+            None => format!("{kind}:{n}"),
+        }
+    }
 }
 
 /// Why a GPU request is not one heshare decides for.
@@ -234,6 +253,9 @@ pub struct Submission<'a> {
     /// (`--gres=mps:P --gpu-share=auto`), read back from AdminComment.
     pub asked: Option<ShareRequest>,
     pub demand_pct: Option<u8>,
+    /// The profile of the job's own earlier runs, when one of its keys has enough of them
+    /// (`profile::lookup`, done by the caller, which holds the store).
+    pub learned: Option<&'a Learned>,
 }
 
 impl<'a> Submission<'a> {
@@ -251,6 +273,7 @@ impl<'a> Submission<'a> {
             memory_mib: None,
             asked: None,
             demand_pct: None,
+            learned: None,
         }
     }
 }
@@ -280,6 +303,9 @@ pub struct Rewrite {
     pub limit_type: Option<usize>,
     /// What the user said the job needs of a reference GPU, when heshare sized its share.
     pub demand_pct: Option<u8>,
+    /// A job placed by its profile: its time limit in seconds, which caps its learned runtime
+    /// (the node helper's clock too).
+    pub learned_limit_s: Option<f64>,
 }
 
 /// The plugin's answer for one job.
@@ -347,21 +373,40 @@ pub fn decide_with(
             Ok(r) => r,
             Err(e) => return Verdict::Reject(format!("heshare: --gpu-share: {e}")),
         },
+        // A share whose need its own runs measured is sized for that need (the upper quantile
+        // of its runs), as `--gpu-share=auto` sizes a labelled one.
+        None if sub.learned.is_some()
+            && sub.batch
+            && matches!(asked, ShareRequest::Pct(_))
+            && cfg.profiles.size_shares =>
+        {
+            ShareRequest::Auto
+        }
         None => asked,
     };
     let energy_policy = match parse_energy_policy(opts.energy_policy.as_deref()) {
         Ok(p) => p,
         Err(e) => return Verdict::Reject(e),
     };
-    let Some(class) = opts.gpu_class.clone() else {
-        return Verdict::Annotate("heshare: no --gpu-class, request left as asked".into());
-    };
-    if cfg.class(&class).is_none() {
-        let known = cfg.class_names();
-        return Verdict::Reject(format!(
-            "heshare: --gpu-class: unknown class \"{class}\" (known: {known})"
-        ));
+    if let Some(class) = &opts.gpu_class {
+        if cfg.class(class).is_none() {
+            let known = cfg.class_names();
+            return Verdict::Reject(format!(
+                "heshare: --gpu-class: unknown class \"{class}\" (known: {known})"
+            ));
+        }
     }
+    // The name the decision goes by: the user's class, else the learned profile's family.
+    let class = match (&opts.gpu_class, sub.learned) {
+        (Some(c), _) => c.clone(),
+        (None, Some(l)) => l.class_family().to_owned(),
+        (None, None) => {
+            return Verdict::Annotate(
+                "heshare: no --gpu-class and no profile of this job's runs yet, request left as asked"
+                    .into(),
+            );
+        }
+    };
     let fresh = live.fresh();
     let fits: Vec<usize> = site
         .present
@@ -404,10 +449,18 @@ pub fn decide_with(
         reference_share: Some(asked),
         // `--gres=mps:P --gpu-share=auto`: the user's P is what the job needs of a reference
         // GPU; heshare sizes the share for it on whichever type it picks.
-        demand_pct: sub.demand_pct.or(match (ask.mps_pct, share) {
-            (Some(p), ShareRequest::Auto) => u8::try_from(p).ok().filter(|p| (1..=100).contains(p)),
-            _ => None,
-        }),
+        // A learned need replaces the user's.
+        demand_pct: if sub.learned.is_some() {
+            None
+        } else {
+            sub.demand_pct.or(match (ask.mps_pct, share) {
+                (Some(p), ShareRequest::Auto) => {
+                    u8::try_from(p).ok().filter(|p| (1..=100).contains(p))
+                }
+                _ => None,
+            })
+        },
+        learned: sub.learned.map(|l| std::sync::Arc::new(l.class.clone())),
     };
     // A job heshare's model cannot place within its bound still runs as its user asked: a
     // prediction is no reason to refuse work.
@@ -423,7 +476,7 @@ pub fn decide_with(
     let typed = own_constraint || ask.gpu_type.is_some();
     let offered = offer(cfg, &plan, feature_types, typed);
     let by_feature = !typed && offered.iter().all(|&t| feature_types.get(t) == Some(&true));
-    Verdict::Rewrite(rewrite(
+    let mut r = rewrite(
         cfg,
         ask,
         &plan,
@@ -432,7 +485,43 @@ pub fn decide_with(
         by_feature,
         live,
         energy_policy,
-    ))
+    );
+    if let Some(l) = sub.learned {
+        learned_rewrite(&mut r, l, opts.gpu_class.as_deref(), sub.time_limit_s);
+    }
+    Verdict::Rewrite(r)
+}
+
+/// A decision made with a profile says so: AdminComment names the key, its level and the runs it
+/// rests on (and a label it set aside, and why); the node helper gets the learned class instead
+/// of a catalog class to clock the job with.
+fn learned_rewrite(r: &mut Rewrite, l: &Learned, label: Option<&str>, limit_s: Option<f64>) {
+    let mut note = format!(" profile={} level={} runs={}", l.key, l.level, l.runs);
+    if let (Some(label), Some(why)) = (label, &l.overruled) {
+        note.push_str(&format!(" label={label} overruled"));
+        r.admin_comment = r.admin_comment.replacen(
+            " reason=",
+            &format!(" reason=label {label} set aside: {why}; "),
+            1,
+        );
+    }
+    // Inserted before the reason, which runs to the end of heshare's part.
+    r.admin_comment = r
+        .admin_comment
+        .replacen(" reason=", &format!("{note} reason="), 1);
+    let keep_class = label.is_some() && l.overruled.is_none();
+    r.spank_env
+        .retain(|e| keep_class || !e.starts_with("HESHARE_CLASS="));
+    r.spank_env.push(format!("HESHARE_PROFILE_KEY={}", l.key));
+    if let Some(t) = limit_s {
+        // The helper keeps the learned runtime within the limit at the clock it picks.
+        r.spank_env.push(format!("HESHARE_TIME_LIMIT_S={t:.0}"));
+        r.learned_limit_s = Some(t);
+    }
+    r.spank_env.push(format!(
+        "HESHARE_PROFILE={}",
+        crate::profile::wire::encode(&l.class)
+    ));
 }
 
 fn parse_energy_policy(p: Option<&str>) -> Result<Option<EnergyPolicy>, String> {
@@ -517,8 +606,12 @@ fn place_on(
                             .queues
                             .get(t)
                             .map_or(1.0, |q| q.margins(cfg.policy.no_margin_backlog));
-                        cfg.class_on(&req.class, req.demand_pct, gpu, margins)
-                            .map(|c| full_speed_share(c, gpu, reference, step).get())
+                        let class = match req.learned.as_deref() {
+                            Some(c) => c,
+                            None => cfg.class(&req.class)?,
+                        };
+                        let sized = sized_class(cfg, req, class, gpu, margins);
+                        Some(full_speed_share(&sized, gpu, reference, step).get())
                     }
                 }
             };
@@ -667,6 +760,7 @@ fn rewrite(
         mps_pct: (!d.exclusive).then_some(share_pct),
         limit_type: d.limit_type.as_deref().and_then(|t| cfg.gpu_type(t)),
         demand_pct,
+        learned_limit_s: None,
     }
 }
 
@@ -708,6 +802,9 @@ pub struct PendingJob {
     /// heshare's site factor on the job now; `None` when the job's site factor is not the one
     /// heshare set (an operator changed it), which heshare then leaves alone.
     pub site_factor: Option<i32>,
+    /// The profile it was placed with, as the current store gives it (looked up again by the
+    /// caller from the key in AdminComment); `None`: decided by its class alone.
+    pub learned: Option<Learned>,
 }
 
 /// heshare's part of an AdminComment, read back.
@@ -724,6 +821,8 @@ pub struct Decided {
     pub asked: Option<ShareRequest>,
     pub demand_pct: Option<u8>,
     pub site_factor: Option<i32>,
+    /// The profile key it was placed with (`profile=KEY`).
+    pub profile: Option<crate::profile::ProfileKey>,
 }
 
 /// Reads heshare's part of an AdminComment back (see [`Decided`]). `None` if heshare did not
@@ -741,8 +840,11 @@ pub fn read_admin_comment(cfg: &Config, comment: &str) -> Option<Decided> {
     let mut asked = None;
     let mut demand_pct = None;
     let mut site_factor = None;
+    let mut profile = None;
     for w in ours.split_whitespace() {
-        if let Some(v) = w.strip_prefix("asked=") {
+        if let Some(v) = w.strip_prefix("profile=") {
+            profile = crate::profile::ProfileKey::parse(v);
+        } else if let Some(v) = w.strip_prefix("asked=") {
             asked = if v == "whole" {
                 Some(ShareRequest::Exclusive)
             } else {
@@ -781,6 +883,7 @@ pub fn read_admin_comment(cfg: &Config, comment: &str) -> Option<Decided> {
         asked,
         demand_pct,
         site_factor,
+        profile,
     })
 }
 
@@ -827,7 +930,8 @@ pub fn revisit(
             Some(p) => p.to_string(),
             None => "exclusive".into(),
         }),
-        gpu_class: Some(job.class.clone()),
+        // A decision named after a learned family (`training`, `inference`) has no class.
+        gpu_class: cfg.class(&job.class).map(|_| job.class.clone()),
         energy_policy: job.energy_policy.map(|p| {
             match p {
                 EnergyPolicy::Performance => "performance",
@@ -844,6 +948,7 @@ pub fn revisit(
         // Priced against the request as its user asked it, not as heshare rewrote it.
         asked: job.asked,
         demand_pct: job.demand_pct,
+        learned: job.learned.as_ref(),
         ..Submission::new(Some(&ask), &opts, &job.user)
     };
     let Verdict::Rewrite(mut r) = decide_with(cfg, site, live, &sub, ctx) else {
@@ -1557,6 +1662,7 @@ mod tests {
             asked: Some(ShareRequest::Exclusive),
             demand_pct: None,
             site_factor: Some(0),
+            learned: None,
         };
         let mut ctx = PlaceContext::default();
         let r = revisit(&cfg, &site, live, &job, &mut ctx).expect("moved");
@@ -1622,6 +1728,7 @@ mod tests {
             asked: d.asked,
             demand_pct: d.demand_pct,
             site_factor: d.site_factor,
+            learned: None,
         };
         let mut ctx = PlaceContext::default();
         // The same view: nothing to re-price.

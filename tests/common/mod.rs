@@ -98,6 +98,7 @@ impl Cluster {
             "node-users" => 30,
             "node-users-wait" => 35,
             "priority" => 40,
+            "profiles" => 45,
             _ => 20,
         };
         // Each cluster takes five ports (slurmctld and three slurmd, one spare), all below

@@ -101,6 +101,7 @@ impl Scheduler for HeshareIdeal {
             reference_share: None,
             // What its user knows it needs, as it would ask gres/mps (the trace's share).
             demand_pct: is_share(job).then(|| super::trace_share(job).get()),
+            learned: None,
         };
         // One GPU per group of identical GPUs (or the idle ones for several whole GPUs): the
         // decision `place` makes on the whole view, without scanning six thousand GPUs.
@@ -146,6 +147,8 @@ impl Scheduler for HeshareIdeal {
             Hints {
                 limit_type: d.limit_type.as_deref().and_then(|t| st.cfg.gpu_type(t)),
                 demand_pct: req.demand_pct,
+                class: HintClass::Catalog(job.class),
+                limit_s: None,
             },
         );
         let node = *self.node_index.get(d.node.as_deref()?)?;
@@ -180,11 +183,26 @@ impl Scheduler for HeshareIdeal {
 }
 
 /// What the plugin's SPANK environment tells the node helper about a job: the type its time
-/// limit is written for, and what its user said it needs of a reference GPU.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
+/// limit is written for, what its user said it needs of a reference GPU, and what it is.
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Hints {
     pub limit_type: Option<usize>,
     pub demand_pct: Option<u8>,
+    pub class: HintClass,
+    /// A profiled job's time limit, which caps its learned runtime.
+    pub limit_s: Option<f64>,
+}
+
+/// What the node helper is told a job is (`SPANK_HESHARE_CLASS` or `SPANK_HESHARE_PROFILE`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub enum HintClass {
+    /// A catalog class (the label its user gave, or the truth for the omniscient scheduler).
+    Catalog(usize),
+    /// The class its profile placed it with.
+    Learned(std::sync::Arc<crate::model::JobClass>),
+    /// Nothing: the helper keeps the GPU at its default clock.
+    #[default]
+    Unknown,
 }
 
 /// The SM clock the node helper locks for `gpu`'s jobs: the sharing optimizer on their classes
@@ -200,19 +218,33 @@ pub fn node_helper_clock(
     let g = &st.gpus[gpu];
     let gt = &st.cfg.gpu_types[g.gpu_type];
     let reference = &st.cfg.gpu_types[st.cfg.reference_gpu];
-    let jobs: Vec<ShareJob<'_>> = g
-        .jobs
-        .iter()
-        .map(|&j| {
-            let h = hints.get(&j).copied().unwrap_or_default();
-            let name = &st.cfg.classes[st.jobs[j].class].name;
-            let class = st
-                .cfg
-                .class_on(name, h.demand_pct, gt, 1.0)
-                .unwrap_or(&st.cfg.classes[st.jobs[j].class]);
+    let none = Hints::default();
+    let mut jobs: Vec<ShareJob<'_>> = Vec::with_capacity(g.jobs.len());
+    for &j in &g.jobs {
+        let h = hints.get(&j).unwrap_or(&none);
+        let class = match &h.class {
+            HintClass::Catalog(c) => {
+                let name = &st.cfg.classes[*c].name;
+                st.cfg
+                    .class_on(name, h.demand_pct, gt, 1.0)
+                    .unwrap_or(&st.cfg.classes[*c])
+            }
+            HintClass::Learned(c) => c.as_ref(),
+            // A job the helper knows nothing of shares the GPU: the default clock.
+            HintClass::Unknown => return gt.default_sm_clock,
+        };
+        jobs.push({
             let bound = class.slowdown_bound.unwrap_or(st.cfg.policy.slowdown_bound);
             let bound = h.limit_type.map_or(bound, |s| {
                 bound.min(limit_cap(class, gt, &st.cfg.gpu_types[s], reference))
+            });
+            let bound = h.limit_s.map_or(bound, |l| {
+                bound.min(
+                    (l / crate::model::alone_runtime(class, gt, reference)
+                        .0
+                        .max(1e-9))
+                    .max(1.0),
+                )
             });
             ShareJob {
                 class,
@@ -220,8 +252,8 @@ pub fn node_helper_clock(
                 user: st.jobs[j].user,
                 bound,
             }
-        })
-        .collect();
+        });
+    }
     ctx.optimize(st.cfg, g.gpu_type, &jobs, params)
         .as_ref()
         .as_ref()

@@ -17,7 +17,7 @@ pub use fgd::{Fgd, FgdPwr};
 pub use gavel::Gavel;
 pub use greedy::EnergyGreedy;
 pub use ideal::HeshareIdeal;
-pub use shipped::Shipped;
+pub use shipped::{Knowledge, Shipped};
 pub use slurm::{SlurmExclusive, SlurmMps};
 pub use zeus::Zeus;
 
@@ -58,11 +58,15 @@ pub trait Scheduler {
     fn started(&mut self, _st: &State<'_>, _j: usize) {}
     /// Job `j` finished.
     fn finished(&mut self, _st: &State<'_>, _j: usize) {}
+    /// How heshare's decisions used profiles (heshare as it ships only).
+    fn profile_stats(&self) -> Option<crate::sim::learning::ProfileStats> {
+        None
+    }
 }
 
 /// The scheduler names `--policies` accepts, in report order: the baselines, heshare as it
 /// ships, and heshare-ideal (an omniscient upper bound, never in the headline).
-pub const NAMES: [&str; 9] = [
+pub const NAMES: [&str; 10] = [
     "slurm-exclusive",
     "slurm-mps",
     "fgd",
@@ -71,6 +75,7 @@ pub const NAMES: [&str; 9] = [
     "zeus",
     "energy-greedy",
     "heshare",
+    "heshare-labelled",
     "heshare-ideal",
 ];
 
@@ -93,7 +98,8 @@ pub fn by_name<'a>(
         "gavel" => Box::new(Gavel),
         "zeus" => Box::new(Zeus::default()),
         "energy-greedy" => Box::new(EnergyGreedy::default()),
-        "heshare" => Box::new(Shipped::new(st)),
+        "heshare" => Box::new(Shipped::new(st, Knowledge::Learned)),
+        "heshare-labelled" => Box::new(Shipped::new(st, Knowledge::Labelled)),
         "heshare-ideal" => Box::new(HeshareIdeal::new(st)),
         other => {
             return Err(format!(

@@ -14,11 +14,19 @@
 //!   Slurm's multifactor priority, which adds that factor.
 //! * Users submit what a plain Slurm user submits, `--gres=gpu:N` for whole-GPU jobs and
 //!   `--gres=mps:P` for a job the trace gives a fraction of a GPU (P its trace share, what a
-//!   slurm-mps user asks), with `--gpu-class=CLASS` and, for a share, `--gpu-share=auto`: heshare
-//!   sizes the share for P% of a reference GPU on the type it picks. The trace's allowed GPU
-//!   models are a typed GRES (one model) or the user's own `--constraint` (several).
+//!   slurm-mps user asks). The trace's allowed GPU models are a typed GRES (one model) or the
+//!   user's own `--constraint` (several). A user who labels a job adds `--gpu-class=CLASS` (and,
+//!   for a share, `--gpu-share=auto`: heshare sizes the share for P% of a reference GPU on the
+//!   type it picks); most label nothing.
+//! * `heshare` (as it ships): the label its user gave, if any (true or wrong), and the profile
+//!   of the job's earlier runs (`sim::learning`: the records the world gives of ended jobs, filed
+//!   by a periodic update, looked up by the job's keys). `heshare-labelled`: every job carries
+//!   its true class and no profile is used (what heshare did before profiles, in a world where
+//!   every user labels truly).
+//! * The node helper clocks a job by what the plugin told it: its label's class, its learned
+//!   class, or nothing (then the GPU stays at its default clock, as the helper keeps it).
 
-use super::ideal::{Hints, node_helper_clock};
+use super::ideal::{HintClass, Hints, node_helper_clock};
 use super::{Placement, Scheduler};
 use crate::policy::{PlaceContext, PlacedJob, ShareParams, SlotPower};
 use crate::sim::cons_tres::{GresRequest, select};
@@ -42,7 +50,24 @@ struct Held {
     site_factor: i32,
 }
 
+/// Where heshare's knowledge of a job comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Knowledge {
+    /// The users' labels, where they give one, and profiles learned from earlier runs.
+    Learned,
+    /// Every job's true class, no profiles.
+    Labelled,
+}
+
+/// How often the simulated site's timer runs `heshare profiles update`.
+pub const PROFILE_UPDATE_S: f64 = 900.0;
+
 pub struct Shipped {
+    knowledge: Knowledge,
+    /// The profile store and its updates (used with `Knowledge::Learned`).
+    pub profiles: crate::sim::learning::OnlineProfiles,
+    /// Per job, the keys `job_submit` gave it (its record carries them).
+    keys: FxHashMap<usize, Vec<crate::profile::ProfileKey>>,
     site: Site,
     period_s: f64,
     snapshot: Option<Snapshot>,
@@ -70,7 +95,7 @@ pub struct Shipped {
 }
 
 impl Shipped {
-    pub fn new(st: &State<'_>) -> Shipped {
+    pub fn new(st: &State<'_>, knowledge: Knowledge) -> Shipped {
         let types = st.cfg.gpu_types.len();
         let mut present = vec![0u32; types];
         for n in &st.nodes {
@@ -79,6 +104,9 @@ impl Shipped {
             }
         }
         Shipped {
+            knowledge,
+            profiles: crate::sim::learning::OnlineProfiles::new(PROFILE_UPDATE_S),
+            keys: FxHashMap::default(),
             site: Site {
                 present: present
                     .iter()
@@ -145,20 +173,29 @@ impl Shipped {
                 let job = &st.jobs[j];
                 let start = job.start_s.unwrap_or(at);
                 let user = self.user(job.user).to_owned();
-                // As the snapshot thread reads it: the limit, scaled for a job heshare limited
-                // for a slower type than it runs on.
+                // As the snapshot thread reads it: the class its AdminComment names, else the
+                // stand-in for its request; the limit, scaled for a job heshare limited for a
+                // slower type than it runs on.
+                let hint = self.hints.get(&j);
+                let class = match hint.map(|h| &h.class) {
+                    Some(HintClass::Catalog(c)) => *c,
+                    _ => crate::slurm::snapshot::stand_in_class(
+                        st.cfg,
+                        (!job.exclusive).then(|| job.share.get()),
+                    ),
+                };
                 let hold = crate::slurm::snapshot::expected_hold(
                     st.cfg,
                     Some(job.limit_s),
-                    Some(job.class),
-                    self.hints.get(&j).and_then(|h| h.limit_type),
+                    Some(class),
+                    hint.and_then(|h| h.limit_type),
                     Some(g.gpu_type),
                 );
                 holdings.push(Holding {
                     node: g.node,
                     gpu_index: g.index,
                     job: PlacedJob {
-                        class: job.class,
+                        class,
                         share: job.share,
                         user,
                         exclusive: job.exclusive,
@@ -212,20 +249,45 @@ impl Shipped {
             others: vec![],
             per_job: false,
         };
+        // The class its user gives: every job its truth, or what the workload says its user
+        // labels it (a user who labels also lets heshare size a share).
+        let label = match self.knowledge {
+            Knowledge::Labelled => Some(job.class),
+            Knowledge::Learned => job.label,
+        };
         let opts = Options {
-            gpu_share: share.then(|| "auto".to_owned()),
-            gpu_class: Some(st.cfg.classes[job.class].name.clone()),
+            gpu_share: (share && label.is_some()).then(|| "auto".to_owned()),
+            gpu_class: label.map(|c| st.cfg.classes[c].name.clone()),
             energy_policy: None,
         };
         let user = format!("u{}", job.user);
         // Slurm counts whole CPUs.
         let cpus = u32::try_from((job.pod.cpu_milli.max(0) + 999) / 1000).ok();
         let memory_mib = u64::try_from(job.pod.memory_mib).ok();
+        let learned = match self.knowledge {
+            Knowledge::Labelled => None,
+            Knowledge::Learned => {
+                let keys = self.profiles.keys_of(job, &ask.request_string());
+                let l = self.profiles.lookup(
+                    st.cfg,
+                    &keys,
+                    crate::profile::Asked {
+                        label: label.map(|c| &st.cfg.classes[c]),
+                        share,
+                    },
+                    st.now,
+                );
+                self.profiles.count(l.as_ref(), label, job.class);
+                self.keys.insert(j, keys);
+                l
+            }
+        };
         let sub = Submission {
             time_limit_s: Some(job.limit_s),
             features: constraint.as_deref(),
             cpus,
             memory_mib,
+            learned: learned.as_ref(),
             ..Submission::new(Some(&ask), &opts, &user)
         };
         let live = Live {
@@ -235,11 +297,19 @@ impl Shipped {
         };
         match decide_with(st.cfg, &self.site, live, &sub, &mut self.plugin_ctx) {
             Verdict::Rewrite(r) => {
+                // What the SPANK environment tells the node helper of the job.
+                let class = match (&learned, label) {
+                    (Some(l), _) => HintClass::Learned(std::sync::Arc::new(l.class.clone())),
+                    (None, Some(c)) => HintClass::Catalog(c),
+                    (None, None) => HintClass::Unknown,
+                };
                 self.hints.insert(
                     j,
                     Hints {
                         limit_type: r.limit_type,
                         demand_pct: r.demand_pct,
+                        class,
+                        limit_s: r.learned_limit_s,
                     },
                 );
                 let prefer = r.prefer.as_deref().and_then(|p| st.cfg.gpu_type(p));
@@ -251,7 +321,11 @@ impl Shipped {
                 };
                 // What the snapshot thread reads back of it (AdminComment and the job table).
                 let pending = PendingJob {
-                    class: st.cfg.classes[job.class].name.clone(),
+                    class: match (label, &learned) {
+                        (Some(c), _) => st.cfg.classes[c].name.clone(),
+                        (None, Some(l)) => l.class_family().to_owned(),
+                        (None, None) => String::new(),
+                    },
                     user,
                     gpus: r.gpus,
                     mps_pct: r.mps_pct,
@@ -269,6 +343,7 @@ impl Shipped {
                     }),
                     demand_pct: r.demand_pct,
                     site_factor: Some(r.site_factor),
+                    learned: learned.clone(),
                 };
                 Held {
                     gres,
@@ -289,7 +364,10 @@ impl Shipped {
 
 impl Scheduler for Shipped {
     fn name(&self) -> &'static str {
-        "heshare"
+        match self.knowledge {
+            Knowledge::Learned => "heshare",
+            Knowledge::Labelled => "heshare-labelled",
+        }
     }
 
     fn tick(&mut self, st: &State<'_>, waiting: &[usize]) -> bool {
@@ -379,7 +457,14 @@ impl Scheduler for Shipped {
         node_helper_clock(st, gpu, &mut self.helper_ctx, self.params, &self.hints)
     }
 
-    fn finished(&mut self, _st: &State<'_>, j: usize) {
+    fn finished(&mut self, st: &State<'_>, j: usize) {
         self.hints.remove(&j);
+        if let Some(keys) = self.keys.remove(&j) {
+            self.profiles.ended(st, j, keys);
+        }
+    }
+
+    fn profile_stats(&self) -> Option<crate::sim::learning::ProfileStats> {
+        (self.knowledge == Knowledge::Learned).then(|| self.profiles.stats.clone())
     }
 }

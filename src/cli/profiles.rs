@@ -1,0 +1,246 @@
+//! `heshare profiles update|list|show|forget`: the profile store for admins. `update` is what a
+//! timer runs on the controller (`slurm-conf/heshare-profiles.{service,timer}`); the plugin
+//! reloads the store when it changes.
+
+use super::{ConfigArg, Exit, load_config};
+use crate::config::Config;
+use crate::profile::store::{self, StoreFile};
+use crate::profile::{Asked, ProfileKey, derive};
+use anyhow::{Context, Result, anyhow};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+#[derive(clap::Subcommand, Debug)]
+pub enum ProfilesCommand {
+    /// File what the accounting logs gained since the last update ([profiles] logs) and replace
+    /// the store atomically.
+    Update {
+        #[command(flatten)]
+        config: ConfigArg,
+        /// The store [default: [profiles] store].
+        #[arg(long, value_name = "FILE")]
+        store: Option<PathBuf>,
+    },
+    /// One line per profile: key, runs, GPU types, last run.
+    List {
+        #[command(flatten)]
+        config: ConfigArg,
+        #[arg(long, value_name = "FILE")]
+        store: Option<PathBuf>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// A profile's runs per GPU type and the class it decides with.
+    Show {
+        #[command(flatten)]
+        config: ConfigArg,
+        #[arg(long, value_name = "FILE")]
+        store: Option<PathBuf>,
+        key: String,
+    },
+    /// Drop a profile (its next runs start it again).
+    Forget {
+        #[command(flatten)]
+        config: ConfigArg,
+        #[arg(long, value_name = "FILE")]
+        store: Option<PathBuf>,
+        key: String,
+    },
+}
+
+fn now_s() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+fn open(cfg: &Config, store: Option<&Path>) -> Result<(PathBuf, StoreFile)> {
+    let path = store.map_or_else(|| cfg.profiles.store.clone(), Path::to_owned);
+    let file = store::load(&path)?.ok_or_else(|| {
+        anyhow!(
+            "{}: no profile store yet (`heshare profiles update` makes it)",
+            path.display()
+        )
+    })?;
+    Ok((path, file))
+}
+
+pub fn run(out: &mut impl Write, cmd: &ProfilesCommand) -> Result<()> {
+    match cmd {
+        ProfilesCommand::Update { config, store } => {
+            let (cfg, _) = load_config(&config.config)?;
+            let path = store.clone().unwrap_or_else(|| cfg.profiles.store.clone());
+            // A test hook, as the node helper's: killed between writing and renaming.
+            let kill = std::env::var("HESHARE_TEST_KILL_AT").ok();
+            let before_rename = || {
+                if kill.as_deref() == Some("profiles:written") {
+                    // SAFETY: raise() sends a signal to this process; SIGKILL cannot be caught.
+                    unsafe {
+                        libc::raise(libc::SIGKILL);
+                    }
+                }
+            };
+            let r = store::update(&cfg, &path, now_s(), &before_rename)?;
+            let skipped: Vec<String> = r.skipped.iter().map(|(w, n)| format!("{n} {w}")).collect();
+            writeln!(
+                out,
+                "{}: {} logs, {} records, {} runs taught, {} profiles{}{}",
+                path.display(),
+                r.logs,
+                r.records,
+                r.taught,
+                r.profiles,
+                if skipped.is_empty() {
+                    String::new()
+                } else {
+                    format!("; skipped: {}", skipped.join(", "))
+                },
+                if r.foreign > 0 {
+                    format!("; {} keys of another user or account refused", r.foreign)
+                } else {
+                    String::new()
+                },
+            )?;
+            if r.unreadable_count > 0 {
+                eprintln!(
+                    "heshare: {} lines were not records, e.g. {}",
+                    r.unreadable_count,
+                    r.unreadable.join("; ")
+                );
+            }
+            Ok(())
+        }
+        ProfilesCommand::List {
+            config,
+            store,
+            json,
+        } => {
+            let (cfg, _) = load_config(&config.config)?;
+            let (_, f) = open(&cfg, store.as_deref())?;
+            if *json {
+                let rows: Vec<serde_json::Value> = f
+                    .book
+                    .profiles
+                    .iter()
+                    .map(|(k, p)| {
+                        serde_json::json!({
+                            "key": k,
+                            "runs": p.runs(),
+                            "gpu_types": p.types.keys().collect::<Vec<_>>(),
+                            "last_s": p.last_s,
+                        })
+                    })
+                    .collect();
+                writeln!(out, "{}", serde_json::to_string_pretty(&rows)?)?;
+                return Ok(());
+            }
+            writeln!(
+                out,
+                "{:<56} {:>6}  {:<24} last run",
+                "key", "runs", "gpu types"
+            )?;
+            let now = now_s();
+            for (k, p) in &f.book.profiles {
+                let types: Vec<&str> = p.types.keys().map(String::as_str).collect();
+                writeln!(
+                    out,
+                    "{k:<56} {:>6}  {:<24} {:.1} d ago",
+                    p.runs(),
+                    types.join(","),
+                    (now - p.last_s).max(0.0) / 86_400.0
+                )?;
+            }
+            Ok(())
+        }
+        ProfilesCommand::Show { config, store, key } => {
+            let (cfg, _) = load_config(&config.config)?;
+            let (_, f) = open(&cfg, store.as_deref())?;
+            let k = ProfileKey::parse(key)
+                .with_context(|| format!("\"{key}\" is not a profile key (LEVEL:OWNER:REST)"))?;
+            let Some(p) = f.book.get(&k) else {
+                eprintln!("heshare: no profile {key}");
+                return Err(Exit(1).into());
+            };
+            writeln!(out, "{key}: {} runs", p.runs())?;
+            writeln!(
+                out,
+                "  {:<10} {:>5} {:>5} {:>12} {:>12} {:>9} {:>7}",
+                "gpu type", "runs", "kept", "runtime p50", "runtime p90", "dyn power", "busy"
+            )?;
+            for (t, runs) in &p.types {
+                let v = |f: &dyn Fn(&crate::profile::Sample) -> Option<f64>, q: f64| {
+                    let x: Vec<f64> = runs.samples.iter().filter_map(f).collect();
+                    let w = vec![1.0; x.len()];
+                    crate::profile::learn::weighted_quantile(&x, &w, q)
+                };
+                let show =
+                    |x: Option<f64>, unit: &str| x.map_or("-".into(), |x| format!("{x:.2}{unit}"));
+                writeln!(
+                    out,
+                    "  {t:<10} {:>5} {:>5} {:>12} {:>12} {:>9} {:>7}",
+                    runs.runs,
+                    runs.samples.len(),
+                    show(v(&|s| Some(s.runtime_s), 0.5), " s"),
+                    show(v(&|s| Some(s.runtime_s), 0.9), " s"),
+                    show(v(&|s| s.dyn_frac, 0.5), ""),
+                    show(v(&|s| s.busy, 0.5), ""),
+                )?;
+            }
+            let share = k.as_str().contains("mps%3A");
+            match derive(
+                &cfg,
+                &k,
+                p,
+                Asked { label: None, share },
+                now_s(),
+                cfg.profiles.derive_settings(),
+            ) {
+                Some(l) => {
+                    let c = &l.class;
+                    writeln!(
+                        out,
+                        "decides as: {} job, {:.0} s on the reference {} ({}), speed exponent {:.2}, clock-bound {:.2}, power {:.2}, demand {:.2}, {:.1} GiB",
+                        l.class_family(),
+                        c.reference_runtime_s,
+                        cfg.gpu_types[cfg.reference_gpu].name,
+                        if c.measured_speed
+                            .iter()
+                            .any(|(t, _)| *t == cfg.gpu_types[cfg.reference_gpu].name)
+                        {
+                            "measured"
+                        } else {
+                            "carried from the types it ran on"
+                        },
+                        c.speed_exponent,
+                        c.clock_bound_fraction,
+                        c.power_util,
+                        c.demand,
+                        c.memory_gib,
+                    )?;
+                    for (t, s) in &c.measured_speed {
+                        writeln!(out, "  measured on {t}: {s:.3}x the reference type's speed")?;
+                    }
+                }
+                None => writeln!(
+                    out,
+                    "decides nothing yet: fewer than {} runs kept",
+                    cfg.profiles.min_runs
+                )?,
+            }
+            Ok(())
+        }
+        ProfilesCommand::Forget { config, store, key } => {
+            let (cfg, _) = load_config(&config.config)?;
+            let path = store.clone().unwrap_or_else(|| cfg.profiles.store.clone());
+            let _lock = store::lock(&path)?;
+            let (path, mut f) = open(&cfg, Some(&path))?;
+            if !f.book.forget(key) {
+                eprintln!("heshare: no profile {key} in {}", path.display());
+                return Err(Exit(1).into());
+            }
+            store::save(&path, &f, &|| {})?;
+            writeln!(out, "{}: forgot {key}", path.display())?;
+            Ok(())
+        }
+    }
+}

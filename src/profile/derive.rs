@@ -1,0 +1,680 @@
+//! From a profile to a job class: what a job's own runs say of it, in the model's terms, so that
+//! it is placed and clocked as a labelled job is.
+//!
+//! A profile fills in what it measured and leaves the rest to a prior: the class its user gave,
+//! or, where the user gave none (or gave one its runs contradict), the median of the catalog's
+//! classes of the kind its request and runs suggest (a share is a service unless its runs drew a
+//! training job's power; whole GPUs are training). Measured, per GPU type it ran on:
+//!
+//! * **training**: its runtime alone at the default clock (runs that had their GPUs to
+//!   themselves, each undone of its clock by the class's clock-bound fraction), taken at the
+//!   upper quantile `quantile` of its recent runs, so that a time limit and a slowdown bound
+//!   hold when a run is slower than most; with two or more types, the speed exponent is fitted
+//!   to them; the reference type's runtime is measured or carried from the others by the fit;
+//! * **inference**: the fraction of the GPU it keeps busy at the default clock (the driver's
+//!   busy time, or its dynamic power over the class's power per busy unit), at the upper
+//!   quantile, which sizes its share; its stream's length;
+//! * both: its dynamic power per unit of work, GPU memory, and, where its runs ran at different
+//!   clocks, the part of its time that stretches with the clock.
+//!
+//! Each measured type's speed replaces the catalog's guess there (`JobClass::measured_speed`);
+//! other types follow the fitted exponent. Runs count less as they age (`half_life_s`). A profile
+//! is used from `min_runs` runs on. Pure.
+
+use super::key::{Level, ProfileKey};
+use super::learn::{Book, Profile, Sample, recency_weight, weighted_quantile};
+use crate::config::Config;
+use crate::model::{GpuType, JobClass, JobKind};
+
+/// How profiles are turned into decisions (`[profiles]` in heshare.toml).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DeriveSettings {
+    /// Runs kept in the profile before it decides.
+    pub min_runs: f64,
+    /// The quantile of a job's runs its runtime and need are taken at.
+    pub quantile: f64,
+    pub half_life_s: f64,
+    /// A label whose class predicts the job's measured power or runtime off by more than this
+    /// factor is set aside for the profile.
+    pub disagree_factor: f64,
+    /// A profile whose runs on one type spread wider than this (90th over 10th percentile of
+    /// runtime, or of need for a service) mixes different jobs (an account's request key, a
+    /// script run on different data): it does not decide, and the next level is tried.
+    pub max_spread: f64,
+}
+
+/// A profile that decides for a job.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Learned {
+    pub key: ProfileKey,
+    pub level: Level,
+    /// Runs it rests on (all types, every run ever filed).
+    pub runs: u64,
+    /// The job as its runs describe it; named after the key.
+    pub class: JobClass,
+    /// The types it ran on.
+    pub measured: Vec<String>,
+    /// The class the user gave, when the runs contradict it: why it was set aside.
+    pub overruled: Option<String>,
+}
+
+impl Learned {
+    /// `training` or `inference`: the family the learned class belongs to, which names the
+    /// decision where the user gave no class.
+    pub fn class_family(&self) -> &'static str {
+        match self.class.kind {
+            JobKind::Training => "training",
+            JobKind::Inference => "inference",
+        }
+    }
+}
+
+/// What the job's request and label say before its runs are read.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Asked<'a> {
+    /// The `--gpu-class` the user gave, if any (a catalog class).
+    pub label: Option<&'a JobClass>,
+    /// Whether the request is an MPS share.
+    pub share: bool,
+}
+
+/// Looks the job's keys up, most specific first, and returns the first profile with enough
+/// runs, derived.
+pub fn lookup(
+    cfg: &Config,
+    book: &Book,
+    keys: &[ProfileKey],
+    asked: Asked<'_>,
+    now_s: f64,
+    s: DeriveSettings,
+) -> Option<Learned> {
+    keys.iter()
+        // An account's profile mixes its users' jobs: it may stand in for a label nobody gave,
+        // never set one aside.
+        .filter(|k| asked.label.is_none() || k.level() != Level::Request)
+        .find_map(|k| {
+            let p = book.get(k)?;
+            derive(cfg, k, p, asked, now_s, s)
+        })
+}
+
+/// The median of the catalog's classes of `kind` for each parameter: what a job of that kind is
+/// taken to be where nothing else is known.
+pub fn family_prior(cfg: &Config, kind: JobKind) -> JobClass {
+    let of: Vec<&JobClass> = cfg.classes.iter().filter(|c| c.kind == kind).collect();
+    let med = |f: fn(&JobClass) -> f64, default: f64| {
+        let mut v: Vec<f64> = of.iter().map(|c| f(c)).collect();
+        v.sort_by(f64::total_cmp);
+        if v.is_empty() {
+            default
+        } else {
+            v[v.len() / 2]
+        }
+    };
+    JobClass {
+        name: match kind {
+            JobKind::Training => "training".into(),
+            JobKind::Inference => "inference".into(),
+        },
+        kind,
+        description: "the catalog's median class of its kind".into(),
+        reference_runtime_s: med(|c| c.reference_runtime_s, 3600.0),
+        speed_exponent: med(|c| c.speed_exponent, 0.5),
+        clock_bound_fraction: med(|c| c.clock_bound_fraction, 0.3),
+        clock_knee: med(|c| c.clock_knee, 0.0),
+        power_util: med(|c| c.power_util, 0.5),
+        mem_intensity: med(|c| c.mem_intensity, 1.0),
+        memory_gib: med(|c| c.memory_gib, 8.0),
+        demand: med(
+            |c| c.demand,
+            if kind == JobKind::Training { 1.0 } else { 0.3 },
+        ),
+        slowdown_bound: None,
+        measured_speed: vec![],
+    }
+}
+
+/// A run's time factor at its clock, for a job whose clock-bound fraction is `c`.
+fn clock_factor(c: f64, stretch: f64) -> f64 {
+    (c * stretch + (1.0 - c)).max(1e-6)
+}
+
+fn is_whole(s: &Sample) -> bool {
+    s.share_pct.is_none_or(|p| p >= 100)
+}
+
+/// Per type: the type's index, its samples and their weights now.
+struct TypeData<'a> {
+    t: usize,
+    samples: Vec<&'a Sample>,
+    weights: Vec<f64>,
+}
+
+impl TypeData<'_> {
+    fn quantile(&self, f: impl Fn(&Sample) -> Option<f64>, q: f64) -> Option<f64> {
+        let (v, w): (Vec<f64>, Vec<f64>) = self
+            .samples
+            .iter()
+            .zip(&self.weights)
+            .filter_map(|(s, &w)| f(s).map(|x| (x, w)))
+            .unzip();
+        weighted_quantile(&v, &w, q)
+    }
+}
+
+/// A job's measured dynamic power on a GPU over what `class` predicts for it there at the same
+/// share: `> 1` draws more.
+fn power_ratio(
+    class: &JobClass,
+    gpu: &GpuType,
+    reference: &GpuType,
+    d: &TypeData<'_>,
+) -> Option<f64> {
+    let measured = d.quantile(|s| s.dyn_frac, 0.5)?;
+    let share = d
+        .quantile(
+            |s| Some(s.share_pct.map_or(1.0, |p| f64::from(p) / 100.0)),
+            0.5,
+        )
+        .unwrap_or(1.0);
+    let predicted = match class.kind {
+        JobKind::Training => class.power_util * (share / class.demand.max(1e-6)).min(1.0),
+        JobKind::Inference => {
+            class.power_util * crate::model::need(class, gpu, reference).min(share)
+        }
+    };
+    Some(measured.max(1e-4) / predicted.max(1e-4))
+}
+
+/// Derives the class one profile gives, `None` with too few runs.
+pub fn derive(
+    cfg: &Config,
+    key: &ProfileKey,
+    profile: &Profile,
+    asked: Asked<'_>,
+    now_s: f64,
+    s: DeriveSettings,
+) -> Option<Learned> {
+    let reference = &cfg.gpu_types[cfg.reference_gpu];
+    let mut data: Vec<TypeData<'_>> = Vec::new();
+    for (name, runs) in &profile.types {
+        let Some(t) = cfg.gpu_type(name) else {
+            continue; // A type the catalog no longer has.
+        };
+        let samples: Vec<&Sample> = runs.samples.iter().collect();
+        let weights = samples
+            .iter()
+            .map(|x| recency_weight(x.end_s, now_s, s.half_life_s))
+            .collect();
+        data.push(TypeData {
+            t,
+            samples,
+            weights,
+        });
+    }
+    // Every kept run counts once towards `min_runs`; age only weighs runs against each other.
+    let kept: usize = data.iter().map(|d| d.samples.len()).sum();
+    #[allow(clippy::cast_precision_loss)]
+    if data.is_empty() || (kept as f64) < s.min_runs {
+        return None;
+    }
+    // Runs that disagree this much are not one job.
+    let spread = |d: &TypeData<'_>, f: &dyn Fn(&Sample) -> Option<f64>| {
+        let lo = d.quantile(f, 0.1)?;
+        let hi = d.quantile(f, 0.9)?;
+        (lo > 0.0).then(|| hi / lo)
+    };
+    let mixed = data.iter().any(|d| {
+        d.samples.len() >= 2
+            && [
+                spread(d, &|x| (x.alone && is_whole(x)).then_some(x.runtime_s)),
+                spread(d, &|x| x.busy.or(x.dyn_frac)),
+            ]
+            .into_iter()
+            .flatten()
+            .any(|r| r > s.max_spread)
+    });
+    if mixed {
+        return None;
+    }
+    // Heavy: on some type its runs drew most of a GPU's dynamic power, or kept it busy.
+    let heavy = data.iter().any(|d| {
+        d.quantile(|x| x.dyn_frac, 0.5).is_some_and(|f| f >= 0.4)
+            || d.quantile(|x| x.busy, 0.5).is_some_and(|b| b >= 0.6)
+    });
+    let mut overruled = None;
+    let prior = match asked.label {
+        Some(label) => {
+            // The label stands unless the runs contradict it on a type they measured.
+            let off = data.iter().find_map(|d| {
+                let gpu = &cfg.gpu_types[d.t];
+                let r = power_ratio(label, gpu, reference, d)?;
+                let f = s.disagree_factor.max(1.0);
+                (r > f || r < 1.0 / f).then(|| {
+                    format!(
+                        "its runs drew {r:.1}x the power class {} predicts on {}",
+                        label.name, gpu.name
+                    )
+                })
+            });
+            match off {
+                None => label.clone(),
+                Some(why) => {
+                    overruled = Some(why);
+                    let kind = if heavy { JobKind::Training } else { label.kind };
+                    family_prior(cfg, kind)
+                }
+            }
+        }
+        None => family_prior(
+            cfg,
+            if asked.share && !heavy {
+                JobKind::Inference
+            } else {
+                JobKind::Training
+            },
+        ),
+    };
+    let q = s.quantile.clamp(0.5, 1.0);
+    let mut class = JobClass {
+        name: key.as_str().to_owned(),
+        description: format!("learned from {} runs", profile.runs()),
+        measured_speed: vec![],
+        ..prior.clone()
+    };
+    // Clock sensitivity, where one type's whole-GPU runs ran at clocks far enough apart: the
+    // runtime is a + b * stretch, and the clock-bound part is b / (a + b). Where they did not,
+    // a job nobody labelled is taken to be as clock-bound as the catalog's more clock-bound
+    // classes of its kind (the upper quartile), so the clock chosen for it keeps its bound
+    // whatever it turns out to be.
+    match data.iter().find_map(|d| fit_clock_bound(d)) {
+        Some(c) => class.clock_bound_fraction = c,
+        None if asked.label.is_none() || overruled.is_some() => {
+            let upper = |f: fn(&JobClass) -> f64| {
+                let mut v: Vec<f64> = cfg
+                    .classes
+                    .iter()
+                    .filter(|c| c.kind == prior.kind)
+                    .map(f)
+                    .collect();
+                v.sort_by(f64::total_cmp);
+                v.get(v.len() * 3 / 4).copied()
+            };
+            if let Some(c) = upper(|c| c.clock_bound_fraction) {
+                class.clock_bound_fraction = c.max(class.clock_bound_fraction);
+            }
+            if let Some(k) = upper(|c| c.clock_knee) {
+                class.clock_knee = k.max(class.clock_knee);
+            }
+        }
+        None => {}
+    }
+    let c = class.clock_bound_fraction;
+    let ratio = |t: usize| cfg.gpu_types[t].relative_throughput / reference.relative_throughput;
+    match class.kind {
+        JobKind::Training => {
+            // Runtime alone at the default clock, per type: its own GPUs, whole.
+            let alone: Vec<(usize, f64, f64)> = data
+                .iter()
+                .filter_map(|d| {
+                    let r = d.quantile(
+                        |x| {
+                            (x.alone && is_whole(x))
+                                .then(|| x.runtime_s / clock_factor(c, x.stretch))
+                        },
+                        q,
+                    )?;
+                    let n: f64 = d
+                        .samples
+                        .iter()
+                        .zip(&d.weights)
+                        .filter(|(x, _)| x.alone && is_whole(x))
+                        .map(|(_, w)| w)
+                        .sum();
+                    Some((d.t, r, n))
+                })
+                .collect();
+            if alone.len() >= 2 {
+                // ln T_g = ln T_ref - a ln(K_g / K_ref), weighted least squares.
+                let pts: Vec<(f64, f64, f64)> = alone
+                    .iter()
+                    .map(|&(t, r, w)| (ratio(t).ln(), r.ln(), w))
+                    .collect();
+                if let Some(slope) = weighted_slope(&pts) {
+                    class.speed_exponent = (-slope).clamp(0.0, 2.5);
+                }
+            }
+            if !alone.is_empty() {
+                let a = class.speed_exponent;
+                let (sum, wsum) = alone.iter().fold((0.0, 0.0), |(s0, w0), &(t, r, w)| {
+                    (s0 + w * (r.ln() + a * ratio(t).ln()), w0 + w)
+                });
+                class.reference_runtime_s = match alone.iter().find(|x| x.0 == cfg.reference_gpu) {
+                    Some(&(_, r, _)) => r,
+                    None => (sum / wsum.max(1e-12)).exp(),
+                };
+                class.measured_speed = alone
+                    .iter()
+                    .map(|&(t, r, _)| {
+                        (
+                            cfg.gpu_types[t].name.clone(),
+                            class.reference_runtime_s / r.max(1e-9),
+                        )
+                    })
+                    .collect();
+            }
+            let whole = |x: &Sample| (x.alone && is_whole(x)).then_some(());
+            if let Some(u) = median_over(&data, |x| whole(x).and(x.dyn_frac)) {
+                class.power_util = u.clamp(0.02, 1.0);
+            }
+            if let Some(b) = median_over(&data, |x| whole(x).and(x.busy)) {
+                class.demand = b.clamp(0.05, 1.0);
+            }
+        }
+        JobKind::Inference => {
+            // Its need on each type: the busy fraction it kept at the default clock, measured
+            // by the driver or read from its power.
+            let pu = class.power_util.max(1e-3);
+            let need = |x: &Sample| {
+                let busy = x.busy.or_else(|| x.dyn_frac.map(|f| f / pu))?;
+                Some(busy / clock_factor(c, x.stretch))
+            };
+            let needs: Vec<(usize, f64)> = data
+                .iter()
+                .filter_map(|d| Some((d.t, d.quantile(need, q)?.clamp(0.005, 8.0))))
+                .collect();
+            if !needs.is_empty() {
+                let a = class.speed_exponent;
+                class.demand = match needs.iter().find(|x| x.0 == cfg.reference_gpu) {
+                    Some(&(_, n)) => n,
+                    None => {
+                        let logs: f64 = needs
+                            .iter()
+                            .map(|&(t, n)| n.ln() + a * ratio(t).ln())
+                            .sum::<f64>();
+                        #[allow(clippy::cast_precision_loss)]
+                        let mean = logs / needs.len() as f64;
+                        mean.exp()
+                    }
+                };
+                class.measured_speed = needs
+                    .iter()
+                    .map(|&(t, n)| (cfg.gpu_types[t].name.clone(), class.demand / n))
+                    .collect();
+            }
+            if let Some(u) = median_over(&data, |x| Some(x.dyn_frac? / x.busy?)) {
+                class.power_util = u.clamp(0.02, 1.0);
+            }
+            if let Some(r) = quantile_over(&data, |x| Some(x.runtime_s), q) {
+                class.reference_runtime_s = r.max(1.0);
+            }
+        }
+    }
+    if let Some(m) = quantile_over(&data, |x| x.memory_gib, 1.0) {
+        class.memory_gib = m;
+    }
+    Some(Learned {
+        key: key.clone(),
+        level: key.level(),
+        runs: profile.runs(),
+        class,
+        measured: data
+            .iter()
+            .map(|d| cfg.gpu_types[d.t].name.clone())
+            .collect(),
+        overruled,
+    })
+}
+
+fn quantile_over(data: &[TypeData<'_>], f: impl Fn(&Sample) -> Option<f64>, q: f64) -> Option<f64> {
+    let (v, w): (Vec<f64>, Vec<f64>) = data
+        .iter()
+        .flat_map(|d| d.samples.iter().zip(&d.weights))
+        .filter_map(|(x, &w)| f(x).map(|v| (v, w)))
+        .unzip();
+    weighted_quantile(&v, &w, q)
+}
+
+fn median_over(data: &[TypeData<'_>], f: impl Fn(&Sample) -> Option<f64>) -> Option<f64> {
+    quantile_over(data, f, 0.5)
+}
+
+/// The weighted least-squares slope of `(x, y, weight)` points; `None` when x does not vary.
+fn weighted_slope(pts: &[(f64, f64, f64)]) -> Option<f64> {
+    let w: f64 = pts.iter().map(|p| p.2).sum();
+    if w <= 0.0 {
+        return None;
+    }
+    let mx = pts.iter().map(|p| p.0 * p.2).sum::<f64>() / w;
+    let my = pts.iter().map(|p| p.1 * p.2).sum::<f64>() / w;
+    let sxx: f64 = pts.iter().map(|p| p.2 * (p.0 - mx).powi(2)).sum();
+    let sxy: f64 = pts.iter().map(|p| p.2 * (p.0 - mx) * (p.1 - my)).sum();
+    (sxx > 1e-9).then(|| sxy / sxx)
+}
+
+/// The clock-bound fraction from one type's whole, alone runs at different clocks: runtime =
+/// a + b * stretch, c = b / (a + b). `None` unless three or more runs span 0.15 of stretch.
+fn fit_clock_bound(d: &TypeData<'_>) -> Option<f64> {
+    let pts: Vec<(f64, f64, f64)> = d
+        .samples
+        .iter()
+        .zip(&d.weights)
+        .filter(|(x, _)| x.alone && is_whole(x) && x.stretch.is_finite())
+        .map(|(x, &w)| (x.stretch, x.runtime_s, w))
+        .collect();
+    let (lo, hi) = pts
+        .iter()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), p| {
+            (l.min(p.0), h.max(p.0))
+        });
+    if pts.len() < 3 || hi - lo < 0.15 {
+        return None;
+    }
+    let b = weighted_slope(&pts)?;
+    let w: f64 = pts.iter().map(|p| p.2).sum();
+    let mean_t = pts.iter().map(|p| p.1 * p.2).sum::<f64>() / w;
+    let mean_s = pts.iter().map(|p| p.0 * p.2).sum::<f64>() / w;
+    let a = mean_t - b * mean_s;
+    (a + b > 0.0).then(|| (b / (a + b)).clamp(0.0, 1.0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::BUNDLED_CONFIG;
+    use crate::model::alone_runtime;
+    use crate::profile::learn::{LearnLimits, Observation, Outcome};
+    use std::path::Path;
+
+    fn cfg() -> Config {
+        Config::parse(BUNDLED_CONFIG, Path::new("heshare.toml")).expect("bundled config")
+    }
+
+    const SETTINGS: DeriveSettings = DeriveSettings {
+        min_runs: 2.0,
+        quantile: 0.9,
+        half_life_s: 30.0 * 86_400.0,
+        disagree_factor: 2.0,
+        max_spread: 3.0,
+    };
+
+    fn key() -> ProfileKey {
+        ProfileKey::parse("script:1000:0123456789abcdef").expect("key")
+    }
+
+    /// Files whole-GPU runs of `runtime` seconds at dynamic power `dyn_frac` on `gpu`.
+    fn book(runs: &[(&str, f64, f64, f64)]) -> Book {
+        let mut b = Book::default();
+        for (i, &(gpu, runtime, dyn_frac, stretch)) in runs.iter().enumerate() {
+            b.learn(
+                &Observation {
+                    keys: vec![key()],
+                    uid: 1000,
+                    account: "physics".into(),
+                    gpu_type: gpu.into(),
+                    outcome: Outcome::Completed,
+                    energy_valid: true,
+                    sample: Sample {
+                        id: format!("n:{i}:0"),
+                        #[allow(clippy::cast_precision_loss)]
+                        end_s: 1000.0 + i as f64,
+                        runtime_s: runtime,
+                        share_pct: None,
+                        gpus: 1,
+                        stretch,
+                        dyn_frac: Some(dyn_frac),
+                        busy: None,
+                        memory_gib: Some(9.0),
+                        alone: true,
+                    },
+                },
+                LearnLimits {
+                    min_runtime_s: 1.0,
+                    max_samples: 32,
+                },
+            );
+        }
+        b
+    }
+
+    fn learned(cfg: &Config, b: &Book, label: Option<&str>) -> Option<Learned> {
+        lookup(
+            cfg,
+            b,
+            &[key()],
+            Asked {
+                label: label.and_then(|l| cfg.class(l)),
+                share: false,
+            },
+            2000.0,
+            SETTINGS,
+        )
+    }
+
+    #[test]
+    fn measured_runtimes_replace_the_catalogs_where_measured_and_fit_the_rest() {
+        let cfg = cfg();
+        // A job twice as fast on an a100 as on a v100, and 5x faster than on a t4.
+        let b = book(&[
+            ("v100m16", 4000.0, 0.7, 1.0),
+            ("v100m16", 4200.0, 0.7, 1.0),
+            ("a100", 2000.0, 0.6, 1.0),
+            ("a100", 2100.0, 0.6, 1.0),
+        ]);
+        let l = learned(&cfg, &b, None).expect("enough runs");
+        assert_eq!(l.class.kind, JobKind::Training);
+        assert_eq!(l.runs, 4);
+        let reference = &cfg.gpu_types[cfg.reference_gpu];
+        let on = |t: &str| {
+            alone_runtime(
+                &l.class,
+                &cfg.gpu_types[cfg.gpu_type(t).expect("type")],
+                reference,
+            )
+            .0
+        };
+        // Taken at the upper quantile of its runs.
+        assert!((on("a100") - 2100.0).abs() < 1.0, "{}", on("a100"));
+        assert!((on("v100m16") - 4200.0).abs() < 1.0, "{}", on("v100m16"));
+        // An unmeasured type follows the fitted exponent: slower than a v100 on a t4.
+        assert!(on("t4") > on("v100m16"), "{}", on("t4"));
+        assert!((l.class.power_util - 0.6).abs() < 0.11);
+        assert_eq!(l.class.memory_gib, 9.0);
+        assert!(l.overruled.is_none());
+    }
+
+    #[test]
+    fn one_run_is_not_a_profile() {
+        let cfg = cfg();
+        assert!(learned(&cfg, &book(&[("a100", 2000.0, 0.6, 1.0)]), None).is_none());
+    }
+
+    #[test]
+    fn a_heavy_job_claiming_a_light_service_is_decided_by_its_runs() {
+        let cfg = cfg();
+        let b = book(&[("t4", 3000.0, 0.9, 1.0), ("t4", 3100.0, 0.92, 1.0)]);
+        let l = learned(&cfg, &b, Some("vit-infer")).expect("profile");
+        assert_eq!(l.class.kind, JobKind::Training);
+        let why = l.overruled.expect("the label is set aside");
+        assert!(why.contains("vit-infer") && why.contains("t4"), "{why}");
+        // A label the runs agree with stands.
+        let bert = cfg.class("bert-train").expect("bert");
+        let b = book(&[
+            ("a100", 3000.0, bert.power_util, 1.0),
+            ("a100", 3100.0, bert.power_util, 1.0),
+        ]);
+        let l = learned(&cfg, &b, Some("bert-train")).expect("profile");
+        assert!(l.overruled.is_none());
+        assert_eq!(l.class.speed_exponent, bert.speed_exponent);
+    }
+
+    #[test]
+    fn runs_at_different_clocks_give_the_clock_bound_fraction() {
+        let cfg = cfg();
+        // runtime = 1000 * (0.6 * stretch + 0.4): c = 0.6.
+        let runs: Vec<(&str, f64, f64, f64)> = [1.0, 1.2, 1.5, 1.3]
+            .iter()
+            .map(|&s| ("a100", 1000.0 * (0.6 * s + 0.4), 0.7, s))
+            .collect();
+        let l = learned(&cfg, &book(&runs), None).expect("profile");
+        assert!(
+            (l.class.clock_bound_fraction - 0.6).abs() < 1e-6,
+            "{}",
+            l.class.clock_bound_fraction
+        );
+    }
+
+    #[test]
+    fn a_service_is_sized_by_the_busy_fraction_it_measured() {
+        let cfg = cfg();
+        let mut b = Book::default();
+        for i in 0..4 {
+            b.learn(
+                &Observation {
+                    keys: vec![key()],
+                    uid: 1000,
+                    account: "physics".into(),
+                    gpu_type: "t4".into(),
+                    outcome: Outcome::Completed,
+                    energy_valid: true,
+                    sample: Sample {
+                        id: format!("n:{i}:0"),
+                        end_s: 1000.0 + f64::from(i),
+                        runtime_s: 1800.0,
+                        share_pct: Some(50),
+                        gpus: 1,
+                        stretch: 1.0,
+                        dyn_frac: Some(0.1),
+                        busy: Some(0.3 + 0.02 * f64::from(i)),
+                        memory_gib: None,
+                        alone: false,
+                    },
+                },
+                LearnLimits {
+                    min_runtime_s: 1.0,
+                    max_samples: 32,
+                },
+            );
+        }
+        let l = lookup(
+            &cfg,
+            &b,
+            &[key()],
+            Asked {
+                label: None,
+                share: true,
+            },
+            2000.0,
+            SETTINGS,
+        )
+        .expect("profile");
+        assert_eq!(l.class.kind, JobKind::Inference);
+        let t4 = &cfg.gpu_types[cfg.gpu_type("t4").expect("t4")];
+        let reference = &cfg.gpu_types[cfg.reference_gpu];
+        let need = crate::model::need(&l.class, t4, reference);
+        assert!(
+            (need - 0.36).abs() < 1e-9,
+            "the upper quantile of its need on a t4: {need}"
+        );
+    }
+}
