@@ -299,6 +299,9 @@ pub struct ProfileSettings {
     /// Runs of one key on one type spread wider than this (90th over 10th percentile of runtime
     /// or need) are different jobs: the profile does not decide.
     pub max_spread: f64,
+    /// A service whose run filled its share may have needed more: its need is taken this much
+    /// above what it measured.
+    pub saturated_margin: f64,
 }
 
 impl Default for ProfileSettings {
@@ -315,6 +318,7 @@ impl Default for ProfileSettings {
             disagree_factor: 2.0,
             size_shares: true,
             max_spread: 2.0,
+            saturated_margin: 0.5,
         }
     }
 }
@@ -328,6 +332,8 @@ impl ProfileSettings {
             half_life_s: self.half_life_days * 86_400.0,
             disagree_factor: self.disagree_factor,
             max_spread: self.max_spread,
+            // As far above what it got as a labelled service's share is sized above its class.
+            saturated_margin: self.saturated_margin,
         }
     }
 
@@ -1077,6 +1083,12 @@ fn validate(raw: RawConfig, errs: &mut Problems) -> Config {
         finite_in(pr.max_spread, 1.0, 1000.0),
         "profiles.max_spread",
         format!("{} is outside 1..=1000", pr.max_spread),
+    );
+    check(
+        errs,
+        finite_in(pr.saturated_margin, 0.0, 10.0),
+        "profiles.saturated_margin",
+        format!("{} is outside 0..=10", pr.saturated_margin),
     );
     let lt = &raw.policy.limit_type;
     check(

@@ -372,14 +372,16 @@ fn print(out: &mut impl Write, r: &Report, trace: &str, cluster: &str, scale: f6
         for w in &r.learning_curve {
             writeln!(
                 out,
-                "  days {:>2}-{:<2}: heshare {} energy {} JCT ({} jobs); heshare-labelled {} energy {} JCT",
+                "  days {:>2}-{:<2}: heshare {} energy {} JCT {:>4} viol ({} jobs); heshare-labelled {} energy {} JCT {:>4} viol",
                 w.first_day,
                 w.last_day,
                 f(w.heshare_energy),
                 f(w.heshare_jct),
+                w.heshare_violations,
                 w.heshare_jobs,
                 f(w.labelled_energy),
-                f(w.labelled_jct)
+                f(w.labelled_jct),
+                w.labelled_violations
             )?;
         }
     }

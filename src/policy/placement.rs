@@ -464,8 +464,12 @@ pub fn sized_class<'a>(
         );
     }
     let unmeasured = !class.measured_speed.iter().any(|(t, _)| *t == gpu.name);
-    let m = (gpu.speed_uncertainty.max(0.0) * margins.clamp(0.0, 1.0)).exp();
-    if class.kind == JobKind::Inference && unmeasured && m > 1.0 {
+    let margins = margins.clamp(0.0, 1.0);
+    let mut m = 1.0 + cfg.policy.demand_margin.max(0.0) * margins;
+    if unmeasured {
+        m *= (gpu.speed_uncertainty.max(0.0) * margins).exp();
+    }
+    if class.kind == JobKind::Inference && m > 1.0 {
         Cow::Owned(JobClass {
             demand: class.demand * m,
             ..class.clone()

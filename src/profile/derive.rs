@@ -41,6 +41,8 @@ pub struct DeriveSettings {
     /// runtime, or of need for a service) mixes different jobs (an account's request key, a
     /// script run on different data): it does not decide, and the next level is tried.
     pub max_spread: f64,
+    /// A service's run that filled its share is taken to have needed this much more.
+    pub saturated_margin: f64,
 }
 
 /// A profile that decides for a job.
@@ -261,14 +263,23 @@ pub fn derive(
                 None => label.clone(),
                 Some(why) => {
                     overruled = Some(why);
-                    let kind = if heavy { JobKind::Training } else { label.kind };
+                    // A share is a service (a heavy one keeps its share busy too); on whole
+                    // GPUs a job that draws most of them trains.
+                    let kind = if asked.share {
+                        JobKind::Inference
+                    } else if heavy {
+                        JobKind::Training
+                    } else {
+                        label.kind
+                    };
                     family_prior(cfg, kind)
                 }
             }
         }
+        // Nothing said: a share is a service, whole GPUs train (what users ask each for).
         None => family_prior(
             cfg,
-            if asked.share && !heavy {
+            if asked.share {
                 JobKind::Inference
             } else {
                 JobKind::Training
@@ -375,9 +386,17 @@ pub fn derive(
             // Its need on each type: the busy fraction it kept at the default clock, measured
             // by the driver or read from its power.
             let pu = class.power_util.max(1e-3);
+            // A run that filled its share may have needed more than it got (its stream fell
+            // behind): what it measured is a floor, taken one margin higher.
             let need = |x: &Sample| {
                 let busy = x.busy.or_else(|| x.dyn_frac.map(|f| f / pu))?;
-                Some(busy / clock_factor(c, x.stretch))
+                let share = x.share_pct.map_or(1.0, |p| f64::from(p) / 100.0);
+                let floor = if busy >= 0.9 * share {
+                    1.0 + s.saturated_margin
+                } else {
+                    1.0
+                };
+                Some(busy * floor / clock_factor(c, x.stretch))
             };
             let needs: Vec<(usize, f64)> = data
                 .iter()
@@ -496,6 +515,7 @@ mod tests {
         half_life_s: 30.0 * 86_400.0,
         disagree_factor: 2.0,
         max_spread: 3.0,
+        saturated_margin: 0.5,
     };
 
     fn key() -> ProfileKey {
@@ -606,6 +626,58 @@ mod tests {
         let l = learned(&cfg, &b, Some("bert-train")).expect("profile");
         assert!(l.overruled.is_none());
         assert_eq!(l.class.speed_exponent, bert.speed_exponent);
+    }
+
+    /// A service that kept its whole 75% share busy is still a service (a training job would be
+    /// sized by its occupancy and starve it), and its need is taken above what it got.
+    #[test]
+    fn a_service_that_filled_its_share_is_sized_above_it() {
+        let cfg = cfg();
+        let mut b = Book::default();
+        for i in 0..3 {
+            b.learn(
+                &Observation {
+                    keys: vec![key()],
+                    uid: 1000,
+                    account: "physics".into(),
+                    gpu_type: "a10".into(),
+                    outcome: Outcome::Completed,
+                    energy_valid: true,
+                    sample: Sample {
+                        id: format!("n:{i}:0"),
+                        end_s: 1000.0 + f64::from(i),
+                        runtime_s: 1800.0,
+                        share_pct: Some(75),
+                        gpus: 1,
+                        stretch: 1.0,
+                        dyn_frac: Some(0.6),
+                        busy: Some(0.75),
+                        memory_gib: None,
+                        alone: false,
+                    },
+                },
+                LearnLimits {
+                    min_runtime_s: 1.0,
+                    max_samples: 32,
+                },
+            );
+        }
+        let l = lookup(
+            &cfg,
+            &b,
+            &[key()],
+            Asked {
+                label: None,
+                share: true,
+            },
+            2000.0,
+            SETTINGS,
+        )
+        .expect("profile");
+        assert_eq!(l.class.kind, JobKind::Inference);
+        let a10 = &cfg.gpu_types[cfg.gpu_type("a10").expect("a10")];
+        let need = crate::model::need(&l.class, a10, &cfg.gpu_types[cfg.reference_gpu]);
+        assert!((need - 0.75 * 1.5).abs() < 1e-9, "{need}");
     }
 
     #[test]

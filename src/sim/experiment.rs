@@ -219,6 +219,9 @@ pub struct WeekRow {
     pub heshare_jct: Option<f64>,
     pub labelled_energy: Option<f64>,
     pub labelled_jct: Option<f64>,
+    /// Bound violations among the period's jobs, all seeds.
+    pub heshare_violations: usize,
+    pub labelled_violations: usize,
 }
 
 /// The predictor's error for one class on one GPU type, over the jobs that ran there.
@@ -661,7 +664,15 @@ fn summarise(
             .filter(|r| r.policy == "heshare")
             .filter_map(|r| per_job(r).map(|x| x.2))
             .sum::<usize>();
+        let violations = |who: &str| -> usize {
+            runs.iter()
+                .filter(|r| r.policy == who)
+                .map(|r| sum(r).violations)
+                .sum()
+        };
         learning_curve.push(WeekRow {
+            heshare_violations: violations("heshare"),
+            labelled_violations: violations("heshare-labelled"),
             first_day: w * per + 1,
             last_day: ((w + 1) * per).min(days),
             heshare_jobs: jobs,

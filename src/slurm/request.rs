@@ -375,7 +375,10 @@ pub fn decide_with(
         },
         // A share whose need its own runs measured is sized for that need (the upper quantile
         // of its runs), as `--gpu-share=auto` sizes a labelled one.
-        None if sub.learned.is_some()
+        // (Not an account's profile: it mixes its users' jobs, whose needs differ.)
+        None if sub
+            .learned
+            .is_some_and(|l| l.level != crate::profile::Level::Request)
             && sub.batch
             && matches!(asked, ShareRequest::Pct(_))
             && cfg.profiles.size_shares =>
