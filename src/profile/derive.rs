@@ -354,6 +354,21 @@ pub fn derive(
                 if let Some(slope) = weighted_slope(&pts) {
                     class.speed_exponent = (-slope).clamp(0.0, 2.5);
                 }
+            } else if asked.label.is_none() || overruled.is_some() {
+                // One type measured, nothing said: the other types as the catalog's more
+                // type-sensitive training classes see them (the upper quartile). A faster type
+                // then looks worth trying, which measures it; a slower one looks slower, which
+                // keeps the time limit safe.
+                let mut v: Vec<f64> = cfg
+                    .classes
+                    .iter()
+                    .filter(|c| c.kind == JobKind::Training)
+                    .map(|c| c.speed_exponent)
+                    .collect();
+                v.sort_by(f64::total_cmp);
+                if let Some(&a) = v.get(v.len() * 3 / 4) {
+                    class.speed_exponent = a.max(class.speed_exponent);
+                }
             }
             if !alone.is_empty() {
                 let a = class.speed_exponent;
