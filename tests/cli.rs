@@ -346,3 +346,91 @@ fn heshare_config_environment_variable_is_honoured() {
         stderr(&o)
     );
 }
+
+/// The profile store for admins: an update from a log, list, show, forget, and what a missing
+/// store, an unknown key and a key that cannot be one say.
+#[test]
+fn profiles_are_updated_listed_shown_and_forgotten() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let cfg = d.join("heshare.toml");
+    let shipped = std::fs::read_to_string(repo("slurm-conf/heshare.toml")).expect("config");
+    std::fs::write(
+        &cfg,
+        format!(
+            "{shipped}\n[profiles]\nstore = \"{0}/p.json\"\nlogs = [\"{0}/acct/*.jsonl\"]\nmin_runtime_s = 1\n",
+            d.display()
+        ),
+    )
+    .expect("write");
+    let c = cfg.to_str().expect("utf-8");
+    let o = heshare(&["profiles", "list", "--config", c]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("no profile store yet"),
+        "{}",
+        stderr(&o)
+    );
+    std::fs::create_dir_all(d.join("acct")).expect("mkdir");
+    let rec = |id: u32, runtime: f64| {
+        format!(
+            "{{\"record_id\":\"n1:{id}:1\",\"kind\":\"job\",\"node\":\"n1\",\"job_id\":\"{id}\",\"uid\":1000,\"account\":\"phys\",\"gpus\":[0],\"gpu_type\":\"a100\",\"start\":100,\"end\":{},\"energy_j\":{},\"avg_w\":300,\"backend\":\"model\",\"basis\":\"whole\",\"profile_keys\":[\"script:1000:00000000000000aa\"],\"exit\":\"0:0\"}}\n",
+            100.0 + runtime,
+            300.0 * runtime
+        )
+    };
+    std::fs::write(
+        d.join("acct/n1.jsonl"),
+        format!("{}{}{}", rec(1, 600.0), rec(2, 620.0), rec(3, 610.0)),
+    )
+    .expect("log");
+    let o = heshare(&["profiles", "update", "--config", c]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("3 records, 3 runs taught, 1 profiles"),
+        "{}",
+        stdout(&o)
+    );
+    let o = heshare(&["profiles", "list", "--config", c, "--json"]);
+    let rows: Value = serde_json::from_str(&stdout(&o)).expect("json");
+    assert_eq!(rows[0]["key"], "script:1000:00000000000000aa");
+    assert_eq!(rows[0]["runs"], 3);
+    let o = heshare(&[
+        "profiles",
+        "show",
+        "script:1000:00000000000000aa",
+        "--config",
+        c,
+    ]);
+    assert!(
+        stdout(&o).contains("decides as: training job"),
+        "{}",
+        stdout(&o)
+    );
+    let o = heshare(&["profiles", "show", "not a key", "--config", c]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("\"not a key\" is not a profile key"),
+        "{}",
+        stderr(&o)
+    );
+    let o = heshare(&[
+        "profiles",
+        "forget",
+        "script:1000:00000000000000aa",
+        "--config",
+        c,
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = heshare(&[
+        "profiles",
+        "show",
+        "script:1000:00000000000000aa",
+        "--config",
+        c,
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    // A second update reads nothing new: the cursor remembers where the log was.
+    let o = heshare(&["profiles", "update", "--config", c]);
+    assert!(stdout(&o).contains("0 records"), "{}", stdout(&o));
+}

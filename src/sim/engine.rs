@@ -1603,6 +1603,46 @@ mod tests {
         (m, st, bound)
     }
 
+    /// heshare learns only from runs that ended and were filed by an update: nothing submitted
+    /// before the first update is decided with a profile, and recurring unlabelled jobs are.
+    #[test]
+    fn heshare_learns_from_ended_runs_after_an_update() {
+        let (cfg, nodes, trace) = setup();
+        let typical = typical(&trace);
+        let gpus = nodes.iter().map(|n| n.gpus as usize).sum();
+        let wl = WorkloadParams {
+            load: 0.6,
+            jobs: 600,
+            max_duration_s: 4000.0,
+            users: 3,
+            seed: 11,
+            recurrence: Recurrence {
+                runs_per_template: 20.0,
+                ..Recurrence::default()
+            },
+        };
+        let world = World::new(&cfg);
+        let jobs = generate_jobs(&cfg, &world, &trace, gpus, &present(&nodes), wl);
+        assert!(
+            jobs.iter().all(|j| j.label.is_none()),
+            "nobody labels by default"
+        );
+        let early = jobs
+            .iter()
+            .filter(|j| j.submit_s < crate::sim::schedulers::shipped::PROFILE_UPDATE_S)
+            .count();
+        let mut st = build_state(&cfg, &nodes, jobs);
+        let fac = facility_of(&st, HostSpec::Sourced, saving(Some(600.0)));
+        let mut sched = by_name("heshare", &st, &typical).expect("known");
+        let m = run(&mut st, &world, sched.as_mut(), fac, |_| {});
+        let p = m.profiles.expect("heshare reports its profiles");
+        assert_eq!(p.submitted, 600);
+        assert!(early > 0 && p.as_asked >= early, "{early} early: {p:?}");
+        assert!(p.with_profile > 100, "{p:?}");
+        assert!(p.taught > 0 && p.taught <= 600, "{p:?}");
+        assert_eq!(p.foreign, 0, "{p:?}");
+    }
+
     #[test]
     fn every_job_ends_once_and_energy_adds_up_under_every_scheduler() {
         let (cfg, nodes, trace) = setup();

@@ -9,7 +9,7 @@ mod fgd;
 mod gavel;
 mod greedy;
 mod ideal;
-mod shipped;
+pub mod shipped;
 mod slurm;
 mod zeus;
 
