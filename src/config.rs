@@ -318,7 +318,7 @@ impl Default for ProfileSettings {
             disagree_factor: 2.0,
             size_shares: true,
             max_spread: 2.0,
-            saturated_margin: 0.5,
+            saturated_margin: 0.25,
         }
     }
 }

@@ -446,8 +446,8 @@ struct Sizing {
 }
 
 /// The class `req` is sized with on `gpu` (see `Config::class_on`): a catalog class with its
-/// margins; a learned class as its runs measured it, except that a service is sized larger by
-/// the type's `speed_uncertainty` on a type it never ran on. `class` is what `req` names or
+/// margins; a learned class as its runs measured it (an upper quantile), except that a service
+/// is sized larger by the type's `speed_uncertainty` on a type it never ran on. `class` is what `req` names or
 /// carries.
 pub fn sized_class<'a>(
     cfg: &'a Config,
@@ -464,12 +464,10 @@ pub fn sized_class<'a>(
         );
     }
     let unmeasured = !class.measured_speed.iter().any(|(t, _)| *t == gpu.name);
-    let margins = margins.clamp(0.0, 1.0);
-    let mut m = 1.0 + cfg.policy.demand_margin.max(0.0) * margins;
-    if unmeasured {
-        m *= (gpu.speed_uncertainty.max(0.0) * margins).exp();
-    }
-    if class.kind == JobKind::Inference && m > 1.0 {
+    // Its need there is an upper quantile of its runs already: no demand margin on top (in the
+    // simulator it cost whole GPUs to services at high load for no fewer violations).
+    let m = (gpu.speed_uncertainty.max(0.0) * margins.clamp(0.0, 1.0)).exp();
+    if class.kind == JobKind::Inference && unmeasured && m > 1.0 {
         Cow::Owned(JobClass {
             demand: class.demand * m,
             ..class.clone()

@@ -530,7 +530,7 @@ mod tests {
         half_life_s: 30.0 * 86_400.0,
         disagree_factor: 2.0,
         max_spread: 3.0,
-        saturated_margin: 0.5,
+        saturated_margin: 0.25,
     };
 
     fn key() -> ProfileKey {
@@ -692,7 +692,7 @@ mod tests {
         assert_eq!(l.class.kind, JobKind::Inference);
         let a10 = &cfg.gpu_types[cfg.gpu_type("a10").expect("a10")];
         let need = crate::model::need(&l.class, a10, &cfg.gpu_types[cfg.reference_gpu]);
-        assert!((need - 0.75 * 1.5).abs() < 1e-9, "{need}");
+        assert!((need - 0.75 * 1.25).abs() < 1e-9, "{need}");
     }
 
     #[test]
