@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{Cluster, alive, gres, plugin_path};
+use common::{Cluster, alive, forge_submit, gres, plugin_path};
 
 fn shipped() -> String {
     std::fs::read_to_string(
@@ -228,30 +228,7 @@ fn the_plugin_places_shares_and_whole_gpus_and_rejects_bad_input() {
 
     // A client of Slurm's API puts HESHARE_* entries of its own in spank_job_env: they never
     // reach the Prolog (which trusts SPANK_HESHARE_*); the job's other entries do.
-    let forge = c.dir.join("forge_spank_env");
-    let cc = std::process::Command::new("cc")
-        .arg("-o")
-        .arg(&forge)
-        .arg(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/tests/fixtures/forge_spank_env.c"
-        ))
-        .arg("-lslurm")
-        .output()
-        .expect("cc runs");
-    assert!(
-        cc.status.success(),
-        "{}",
-        String::from_utf8_lossy(&cc.stderr)
-    );
-    let gres = gres("gpu:1");
-    let o = std::process::Command::new(&forge)
-        .args([gres.as_str(), c.dir.to_str().expect("utf-8")])
-        .env("SLURM_CONF", c.conf())
-        .output()
-        .expect("runs");
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let forged = String::from_utf8_lossy(&o.stdout).trim().to_owned();
+    let forged = forge_submit(&c, &gres("gpu:1"), &[]);
     c.wait_done(&forged);
     let prolog = c.read(&format!("log/prolog-{forged}.env"));
     // Only heshare's own entry for a job without a class: its profile keys.

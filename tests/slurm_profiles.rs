@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{Cluster, gres, plugin_path};
+use common::{Cluster, forge_submit, gres, plugin_path};
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
@@ -138,34 +138,12 @@ fn an_unlabelled_script_is_placed_by_its_learned_profile_and_a_false_label_is_se
         c.wait_done(&b(&c));
     }
     // A client of Slurm's API names another user's script key in its SPANK environment.
-    let forge = c.dir.join("forge_spank_env");
-    let cc = Command::new("cc")
-        .arg("-o")
-        .arg(&forge)
-        .arg(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/tests/fixtures/forge_spank_env.c"
-        ))
-        .arg("-lslurm")
-        .output()
-        .expect("cc runs");
-    assert!(
-        cc.status.success(),
-        "{}",
-        String::from_utf8_lossy(&cc.stderr)
-    );
     let forged_key = "script:1000:feedfacefeedface";
-    let o = Command::new(&forge)
-        .args([
-            gres("gpu:1").as_str(),
-            c.dir.to_str().expect("utf-8"),
-            &format!("HESHARE_PROFILE_KEYS={forged_key}"),
-        ])
-        .env("SLURM_CONF", c.conf())
-        .output()
-        .expect("runs");
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let forged_job = String::from_utf8_lossy(&o.stdout).trim().to_owned();
+    let forged_job = forge_submit(
+        &c,
+        &gres("gpu:1"),
+        &[&format!("HESHARE_PROFILE_KEYS={forged_key}")],
+    );
     c.wait_done(&forged_job);
     let keys = prolog_var(&c, &forged_job, "SPANK_HESHARE_PROFILE_KEYS").expect("own keys");
     assert!(!keys.contains(forged_key), "{keys}");

@@ -643,58 +643,6 @@ mod tests {
         assert_eq!(l.class.speed_exponent, bert.speed_exponent);
     }
 
-    /// A service that kept its whole 75% share busy is still a service (a training job would be
-    /// sized by its occupancy and starve it), and its need is taken above what it got.
-    #[test]
-    fn a_service_that_filled_its_share_is_sized_above_it() {
-        let cfg = cfg();
-        let mut b = Book::default();
-        for i in 0..3 {
-            b.learn(
-                &Observation {
-                    keys: vec![key()],
-                    uid: 1000,
-                    account: "physics".into(),
-                    gpu_type: "a10".into(),
-                    outcome: Outcome::Completed,
-                    energy_valid: true,
-                    sample: Sample {
-                        id: format!("n:{i}:0"),
-                        end_s: 1000.0 + f64::from(i),
-                        runtime_s: 1800.0,
-                        share_pct: Some(75),
-                        gpus: 1,
-                        stretch: 1.0,
-                        dyn_frac: Some(0.6),
-                        busy: Some(0.75),
-                        memory_gib: None,
-                        alone: false,
-                    },
-                },
-                LearnLimits {
-                    min_runtime_s: 1.0,
-                    max_samples: 32,
-                },
-            );
-        }
-        let l = lookup(
-            &cfg,
-            &b,
-            &[key()],
-            Asked {
-                label: None,
-                share: true,
-            },
-            2000.0,
-            SETTINGS,
-        )
-        .expect("profile");
-        assert_eq!(l.class.kind, JobKind::Inference);
-        let a10 = &cfg.gpu_types[cfg.gpu_type("a10").expect("a10")];
-        let need = crate::model::need(&l.class, a10, &cfg.gpu_types[cfg.reference_gpu]);
-        assert!((need - 0.75 * 1.25).abs() < 1e-9, "{need}");
-    }
-
     #[test]
     fn runs_at_different_clocks_give_the_clock_bound_fraction() {
         let cfg = cfg();
@@ -711,28 +659,29 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_service_is_sized_by_the_busy_fraction_it_measured() {
+    /// A service's profile: runs of 1800 s on `gpu` at `share`%, the driver measuring `busy`.
+    fn service(gpu: &str, share: u8, busy: &[f64]) -> Learned {
         let cfg = cfg();
         let mut b = Book::default();
-        for i in 0..4 {
+        for (i, &x) in busy.iter().enumerate() {
             b.learn(
                 &Observation {
                     keys: vec![key()],
                     uid: 1000,
                     account: "physics".into(),
-                    gpu_type: "t4".into(),
+                    gpu_type: gpu.into(),
                     outcome: Outcome::Completed,
                     energy_valid: true,
                     sample: Sample {
                         id: format!("n:{i}:0"),
-                        end_s: 1000.0 + f64::from(i),
+                        #[allow(clippy::cast_precision_loss)]
+                        end_s: 1000.0 + i as f64,
                         runtime_s: 1800.0,
-                        share_pct: Some(50),
+                        share_pct: Some(share),
                         gpus: 1,
                         stretch: 1.0,
                         dyn_frac: Some(0.1),
-                        busy: Some(0.3 + 0.02 * f64::from(i)),
+                        busy: Some(x),
                         memory_gib: None,
                         alone: false,
                     },
@@ -743,25 +692,37 @@ mod tests {
                 },
             );
         }
-        let l = lookup(
-            &cfg,
-            &b,
-            &[key()],
-            Asked {
-                label: None,
-                share: true,
-            },
-            2000.0,
-            SETTINGS,
-        )
-        .expect("profile");
+        let asked = Asked {
+            label: None,
+            share: true,
+        };
+        lookup(&cfg, &b, &[key()], asked, 2000.0, SETTINGS).expect("profile")
+    }
+
+    fn need_on(l: &Learned, gpu: &str) -> f64 {
+        let cfg = cfg();
+        let g = &cfg.gpu_types[cfg.gpu_type(gpu).expect("type")];
+        crate::model::need(&l.class, g, &cfg.gpu_types[cfg.reference_gpu])
+    }
+
+    #[test]
+    fn a_service_is_sized_by_the_busy_fraction_it_measured() {
+        let l = service("t4", 50, &[0.30, 0.32, 0.34, 0.36]);
         assert_eq!(l.class.kind, JobKind::Inference);
-        let t4 = &cfg.gpu_types[cfg.gpu_type("t4").expect("t4")];
-        let reference = &cfg.gpu_types[cfg.reference_gpu];
-        let need = crate::model::need(&l.class, t4, reference);
+        let need = need_on(&l, "t4");
         assert!(
             (need - 0.36).abs() < 1e-9,
             "the upper quantile of its need on a t4: {need}"
         );
+    }
+
+    /// A service that kept its whole 75% share busy is still a service (a training job would be
+    /// sized by its occupancy and starve it), and its need is taken above what it got.
+    #[test]
+    fn a_service_that_filled_its_share_is_sized_above_it() {
+        let l = service("a10", 75, &[0.75, 0.75, 0.75]);
+        assert_eq!(l.class.kind, JobKind::Inference);
+        let need = need_on(&l, "a10");
+        assert!((need - 0.75 * 1.25).abs() < 1e-9, "{need}");
     }
 }

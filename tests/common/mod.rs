@@ -273,3 +273,36 @@ pub fn alive(pid: &str) -> bool {
         .map(|o| o.status.success())
         .unwrap_or(false)
 }
+
+/// Builds `tests/fixtures/forge_spank_env.c` (a small client of Slurm's API that submits a job
+/// with HESHARE_* entries of its own in spank_job_env) into the cluster's directory, runs it
+/// with `gres` and `extra` entries, and returns the job id it submitted.
+pub fn forge_submit(c: &Cluster, gres: &str, extra: &[&str]) -> String {
+    let forge = c.dir.join("forge_spank_env");
+    if !forge.exists() {
+        let cc = Command::new("cc")
+            .arg("-o")
+            .arg(&forge)
+            .arg(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/tests/fixtures/forge_spank_env.c"
+            ))
+            .arg("-lslurm")
+            .output()
+            .expect("cc runs");
+        assert!(
+            cc.status.success(),
+            "{}",
+            String::from_utf8_lossy(&cc.stderr)
+        );
+    }
+    let o = Command::new(&forge)
+        .arg(gres)
+        .arg(&c.dir)
+        .args(extra)
+        .env("SLURM_CONF", c.conf())
+        .output()
+        .expect("runs");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8_lossy(&o.stdout).trim().to_owned()
+}
