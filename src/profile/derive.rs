@@ -537,37 +537,47 @@ mod tests {
         ProfileKey::parse("script:1000:0123456789abcdef").expect("key")
     }
 
+    /// Files the `i`th run, `sample`, of uid 1000's script on `gpu`.
+    fn file(b: &mut Book, gpu: &str, i: usize, sample: Sample) {
+        b.learn(
+            &Observation {
+                keys: vec![key()],
+                uid: 1000,
+                account: "physics".into(),
+                gpu_type: gpu.into(),
+                outcome: Outcome::Completed,
+                energy_valid: true,
+                sample: Sample {
+                    id: format!("n:{i}:0"),
+                    #[allow(clippy::cast_precision_loss)]
+                    end_s: 1000.0 + i as f64,
+                    ..sample
+                },
+            },
+            LearnLimits {
+                min_runtime_s: 1.0,
+                max_samples: 32,
+            },
+        );
+    }
+
     /// Files whole-GPU runs of `runtime` seconds at dynamic power `dyn_frac` on `gpu`.
     fn book(runs: &[(&str, f64, f64, f64)]) -> Book {
         let mut b = Book::default();
         for (i, &(gpu, runtime, dyn_frac, stretch)) in runs.iter().enumerate() {
-            b.learn(
-                &Observation {
-                    keys: vec![key()],
-                    uid: 1000,
-                    account: "physics".into(),
-                    gpu_type: gpu.into(),
-                    outcome: Outcome::Completed,
-                    energy_valid: true,
-                    sample: Sample {
-                        id: format!("n:{i}:0"),
-                        #[allow(clippy::cast_precision_loss)]
-                        end_s: 1000.0 + i as f64,
-                        runtime_s: runtime,
-                        share_pct: None,
-                        gpus: 1,
-                        stretch,
-                        dyn_frac: Some(dyn_frac),
-                        busy: None,
-                        memory_gib: Some(9.0),
-                        alone: true,
-                    },
-                },
-                LearnLimits {
-                    min_runtime_s: 1.0,
-                    max_samples: 32,
-                },
-            );
+            let sample = Sample {
+                id: String::new(),
+                end_s: 0.0,
+                runtime_s: runtime,
+                share_pct: None,
+                gpus: 1,
+                stretch,
+                dyn_frac: Some(dyn_frac),
+                busy: None,
+                memory_gib: Some(9.0),
+                alone: true,
+            };
+            file(&mut b, gpu, i, sample);
         }
         b
     }
@@ -664,33 +674,19 @@ mod tests {
         let cfg = cfg();
         let mut b = Book::default();
         for (i, &x) in busy.iter().enumerate() {
-            b.learn(
-                &Observation {
-                    keys: vec![key()],
-                    uid: 1000,
-                    account: "physics".into(),
-                    gpu_type: gpu.into(),
-                    outcome: Outcome::Completed,
-                    energy_valid: true,
-                    sample: Sample {
-                        id: format!("n:{i}:0"),
-                        #[allow(clippy::cast_precision_loss)]
-                        end_s: 1000.0 + i as f64,
-                        runtime_s: 1800.0,
-                        share_pct: Some(share),
-                        gpus: 1,
-                        stretch: 1.0,
-                        dyn_frac: Some(0.1),
-                        busy: Some(x),
-                        memory_gib: None,
-                        alone: false,
-                    },
-                },
-                LearnLimits {
-                    min_runtime_s: 1.0,
-                    max_samples: 32,
-                },
-            );
+            let sample = Sample {
+                id: String::new(),
+                end_s: 0.0,
+                runtime_s: 1800.0,
+                share_pct: Some(share),
+                gpus: 1,
+                stretch: 1.0,
+                dyn_frac: Some(0.1),
+                busy: Some(x),
+                memory_gib: None,
+                alone: false,
+            };
+            file(&mut b, gpu, i, sample);
         }
         let asked = Asked {
             label: None,
