@@ -411,8 +411,10 @@ pub fn place_slots(
     };
     let factor = priority::site_factor(cfg, plan.decision.predicted_energy_j, reference_energy);
     // A request with the user's need (`--gres=mps:P --gpu-share=auto`, or such a job re-priced
-    // with the share heshare sized for it) is a share heshare sized.
-    plan.decision.site_factor = if req.demand_pct.is_some() {
+    // with the share heshare sized for it) is a share heshare sized; so is a share its profile
+    // sized (the user chose nothing: heshare's margin for what its runs measured is no cost of
+    // theirs).
+    plan.decision.site_factor = if req.demand_pct.is_some() || req.learned.is_some() {
         priority::for_sized_share(factor)
     } else {
         factor
