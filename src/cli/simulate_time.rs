@@ -297,9 +297,15 @@ fn print(out: &mut impl Write, r: &Report, trace: &str, cluster: &str, scale: f6
         )?;
     }
     for row in r.rows.iter().filter(|x| x.killed > 0) {
-        let plain = match row.killed_not_by_plain_slurm {
-            Some(k) => format!("; {k} that plain Slurm finished with the same requests"),
-            None => String::new(),
+        let plain = match (
+            row.killed_not_by_plain_slurm,
+            row.killed_not_by_plain_slurm_as_asked,
+        ) {
+            (Some(k), Some(a)) if a > 0 => format!(
+                "; {k} that plain Slurm finished with the same requests, {a} of them left as their users asked"
+            ),
+            (Some(k), _) => format!("; {k} that plain Slurm finished with the same requests"),
+            (None, _) => String::new(),
         };
         writeln!(
             out,

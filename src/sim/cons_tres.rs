@@ -39,6 +39,16 @@ impl GresRequest {
             prefer: None,
         }
     }
+
+    /// What the job's user asks of Slurm: `--gres=mps:P` (its trace share) for a fraction of
+    /// one GPU, else whole GPUs of its allowed types.
+    pub fn as_asked(job: &SimJob) -> GresRequest {
+        GresRequest {
+            mps_pct: crate::sim::schedulers::is_share(job)
+                .then(|| crate::sim::schedulers::trace_share(job).get()),
+            ..GresRequest::whole(job)
+        }
+    }
 }
 
 /// Where Slurm starts the job now, or `None` if no node can take it.

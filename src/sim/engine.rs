@@ -450,6 +450,8 @@ pub struct RunMetrics {
     pub killed_gpu_energy_j: f64,
     /// Which jobs were killed (indices), for comparing runs of the same jobs.
     pub killed_jobs: Vec<usize>,
+    /// Of those, the ones the scheduler left as their users asked.
+    pub killed_as_asked: Vec<usize>,
     /// The facility meter, to be closed at a horizon at or after the run's end.
     pub meter: EnergyMeter,
     /// JCT of every finished job (submit to finish, boot waits included).
@@ -786,6 +788,12 @@ pub fn run(
     }
     let mut m = close(st, world, r, makespan);
     m.profiles = sched.profile_stats();
+    m.killed_as_asked = m
+        .killed_jobs
+        .iter()
+        .copied()
+        .filter(|&j| sched.left_as_asked(j))
+        .collect();
     m
 }
 
@@ -1316,6 +1324,7 @@ fn close(st: &mut State<'_>, world: &World, r: Run<'_>, makespan: f64) -> RunMet
             .filter(|(_, j)| j.killed_s.is_some())
             .map(|(k, _)| k)
             .collect(),
+        killed_as_asked: Vec::new(),
         resumes: meter.resumes(),
         site_factors: r.site_factors,
         meter,
@@ -1641,6 +1650,49 @@ mod tests {
         assert!(p.with_profile > 100, "{p:?}");
         assert!(p.taught > 0 && p.taught <= 600, "{p:?}");
         assert_eq!(p.foreign, 0, "{p:?}");
+    }
+
+    /// A job heshare has no label and no profile for is left as its user asked: Slurm runs it
+    /// with its own GRES, `mps:P` for a share (not a whole GPU it never asked for).
+    #[test]
+    fn heshare_leaves_a_job_it_knows_nothing_of_as_asked() {
+        let (cfg, nodes, trace) = setup();
+        let typical = typical(&trace);
+        let gpus = nodes.iter().map(|n| n.gpus as usize).sum();
+        // Every job a script of its own and nobody labels: nothing recurs, so nothing is
+        // learned (an account's request-level profile may match, but never resizes a share).
+        let wl = WorkloadParams {
+            load: 0.8,
+            jobs: 400,
+            max_duration_s: 20_000.0,
+            users: 3,
+            seed: 5,
+            recurrence: Recurrence {
+                labelled: 0.0,
+                ..Recurrence::independent()
+            },
+        };
+        let world = World::new(&cfg);
+        let jobs = generate_jobs(&cfg, &world, &trace, gpus, &present(&nodes), wl);
+        assert!(jobs.iter().all(|j| j.label.is_none()));
+        let mut st = build_state(&cfg, &nodes, jobs);
+        let fac = facility_of(&st, HostSpec::Sourced, saving(Some(600.0)));
+        let mut sched = by_name("heshare", &st, &typical).expect("known");
+        let m = run(&mut st, &world, sched.as_mut(), fac, |_| {});
+        let p = m.profiles.expect("heshare reports its profiles");
+        assert!(p.as_asked > 300, "{p:?}");
+        let mut shares = 0;
+        for j in st.jobs.iter().filter(|j| j.alloc_s.is_some()) {
+            if crate::sim::schedulers::is_share(j) {
+                shares += 1;
+                assert!(!j.exclusive, "a share job held its GPU exclusively");
+                assert_eq!(j.share, crate::sim::schedulers::trace_share(j));
+            } else {
+                assert!(j.exclusive && j.share == SharePct::FULL);
+                assert_eq!(j.gpus.len(), j.num_gpus as usize);
+            }
+        }
+        assert!(shares > 50, "{shares} share jobs");
     }
 
     #[test]

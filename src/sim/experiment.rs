@@ -79,6 +79,9 @@ pub struct SeedRun {
     /// Killed here, though plain Slurm given the same requests (the slurm-mps run of the seed)
     /// finished them: the kills this scheduler's own choices caused. `None` without that run.
     pub killed_not_by_plain_slurm: Option<usize>,
+    /// Of those, the jobs heshare left as their users asked (no label, no profile): killed by
+    /// their own request where plain Slurm's placement happened to spare them.
+    pub killed_not_by_plain_slurm_as_asked: Option<usize>,
     /// The facility meter: every node at the wall, awake or suspended, over the horizon.
     pub facility_kwh: f64,
     /// The same if no node were ever suspended.
@@ -173,6 +176,7 @@ pub struct PolicyRow {
     pub killed: usize,
     pub killed_by_sharing_or_clock: usize,
     pub killed_not_by_plain_slurm: Option<usize>,
+    pub killed_not_by_plain_slurm_as_asked: Option<usize>,
     pub facility_kwh: f64,
     pub facility_always_on_kwh: f64,
     pub gpu_kwh: f64,
@@ -451,6 +455,12 @@ fn summarise(
                     .filter(|j| p.binary_search(j).is_err())
                     .count()
             }),
+            killed_not_by_plain_slurm_as_asked: plain(d.seed).map(|p| {
+                m.killed_as_asked
+                    .iter()
+                    .filter(|j| p.binary_search(j).is_err())
+                    .count()
+            }),
             facility_kwh: e.facility_j / 3.6e6,
             facility_always_on_kwh: e.always_on_j / 3.6e6,
             gpu_kwh: e.gpu_j / 3.6e6,
@@ -500,6 +510,10 @@ fn summarise(
             killed_not_by_plain_slurm: rs
                 .iter()
                 .map(|r| r.killed_not_by_plain_slurm)
+                .sum::<Option<usize>>(),
+            killed_not_by_plain_slurm_as_asked: rs
+                .iter()
+                .map(|r| r.killed_not_by_plain_slurm_as_asked)
                 .sum::<Option<usize>>(),
             facility_kwh: mean(&|r| r.facility_kwh),
             facility_always_on_kwh: mean(&|r| r.facility_always_on_kwh),

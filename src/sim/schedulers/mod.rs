@@ -62,6 +62,11 @@ pub trait Scheduler {
     fn profile_stats(&self) -> Option<crate::sim::learning::ProfileStats> {
         None
     }
+    /// Whether the scheduler left job `j` as its user asked (heshare without a label or profile
+    /// for it), so a kill of it comes from its own request, not from a choice the scheduler made.
+    fn left_as_asked(&self, _j: usize) -> bool {
+        false
+    }
 }
 
 /// The scheduler names `--policies` accepts, in report order: the baselines, heshare as it

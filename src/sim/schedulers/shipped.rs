@@ -37,7 +37,7 @@ use crate::slurm::request::{
 };
 use crate::slurm::snapshot::{Holding, NodeInfo, Pending, Snapshot};
 use crate::units::Mhz;
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 
 /// What Slurm holds for one job after the plugin ran.
 #[derive(Debug, Clone)]
@@ -92,6 +92,8 @@ pub struct Shipped {
     /// names, built once.
     nodes: Vec<NodeInfo>,
     users: Vec<String>,
+    /// Jobs the plugin left as their users asked (no label, no profile, or no placement).
+    as_asked: FxHashSet<usize>,
 }
 
 impl Shipped {
@@ -145,6 +147,7 @@ impl Shipped {
                 })
                 .collect(),
             users: Vec::new(),
+            as_asked: FxHashSet::default(),
         }
     }
 
@@ -352,12 +355,15 @@ impl Shipped {
                 }
             }
             // Left as asked (or refused, which a user would answer by submitting without the
-            // class): whole GPUs of the trace's types.
-            _ => Held {
-                gres: GresRequest::whole(job),
-                pending: None,
-                site_factor: 0,
-            },
+            // class): the GRES its user asked, `--gres=mps:P` for a share, as slurm-mps runs it.
+            _ => {
+                self.as_asked.insert(j);
+                Held {
+                    gres: GresRequest::as_asked(job),
+                    pending: None,
+                    site_factor: 0,
+                }
+            }
         }
     }
 }
@@ -466,5 +472,9 @@ impl Scheduler for Shipped {
 
     fn profile_stats(&self) -> Option<crate::sim::learning::ProfileStats> {
         (self.knowledge == Knowledge::Learned).then(|| self.profiles.stats.clone())
+    }
+
+    fn left_as_asked(&self, j: usize) -> bool {
+        self.as_asked.contains(&j)
     }
 }

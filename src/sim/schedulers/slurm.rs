@@ -7,7 +7,7 @@
 //!   either `gpu` or `mps` jobs, never both (Slurm's rule), clocks stay at the default (Slurm
 //!   rejects `--gpu-freq` with MPS), and Slurm does not keep users apart on a GPU.
 
-use super::{Placement, Scheduler, is_share, trace_share};
+use super::{Placement, Scheduler};
 use crate::sim::cons_tres::{GresRequest, select};
 use crate::sim::engine::State;
 
@@ -31,10 +31,6 @@ impl Scheduler for SlurmMps {
     }
     fn place(&mut self, st: &State<'_>, j: usize) -> Option<Placement> {
         let job = &st.jobs[j];
-        let mut req = GresRequest::whole(job);
-        if is_share(job) {
-            req.mps_pct = Some(trace_share(job).get());
-        }
-        select(st, job, &req)
+        select(st, job, &GresRequest::as_asked(job))
     }
 }
