@@ -302,6 +302,13 @@ pub struct ProfileSettings {
     /// A service whose run filled its share may have needed more: its need is taken this much
     /// above what it measured.
     pub saturated_margin: f64,
+    /// A `--gres=mps:P` batch job with neither label nor profile gets a whole GPU instead while
+    /// more than `whole_first_runs_idle` of its types' GPUs are idle beyond the demand waiting
+    /// for them: it runs as fast as it can where a share would throttle it, and its run measures
+    /// what it needs (a throttled run only says it needed more). Where GPUs are scarce its share
+    /// stands.
+    pub whole_first_runs: bool,
+    pub whole_first_runs_idle: f64,
 }
 
 impl Default for ProfileSettings {
@@ -319,6 +326,8 @@ impl Default for ProfileSettings {
             size_shares: true,
             max_spread: 2.0,
             saturated_margin: 0.25,
+            whole_first_runs: true,
+            whole_first_runs_idle: 0.1,
         }
     }
 }
@@ -1089,6 +1098,12 @@ fn validate(raw: RawConfig, errs: &mut Problems) -> Config {
         finite_in(pr.saturated_margin, 0.0, 10.0),
         "profiles.saturated_margin",
         format!("{} is outside 0..=10", pr.saturated_margin),
+    );
+    check(
+        errs,
+        finite_in(pr.whole_first_runs_idle, 0.0, 1.0),
+        "profiles.whole_first_runs_idle",
+        format!("{} is outside 0..=1", pr.whole_first_runs_idle),
     );
     let lt = &raw.policy.limit_type;
     check(

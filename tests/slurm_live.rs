@@ -177,6 +177,24 @@ fn live_scenario(tag: &str, extra: &[(&str, &str)]) {
     });
     assert!(snapshot_age(&s) <= 5.0, "{s}");
 
+    // A share nothing is known of (no class, no profile yet), while most GPUs are idle: a whole
+    // GPU, so its run is not throttled and measures what it needs; no class or clock reaches
+    // the node helper.
+    let first = submit(&["--gres=mps:40", "-t", "10", "--wrap", "true"]);
+    let s = c.wait_done(&first);
+    assert_eq!(field(&s, "TresPerNode="), gres("gpu:1"), "{s}");
+    assert!(
+        s.contains("AdminComment=heshare: first-run share=whole asked=40 site=+0 snapshot="),
+        "{s}"
+    );
+    assert!(snapshot_age(&s) <= 5.0, "{s}");
+    let prolog = c.read(&format!("log/prolog-{first}.env"));
+    assert!(
+        !prolog.contains("SPANK_HESHARE_CLASS=") && !prolog.contains("SPANK_HESHARE_SM_CLOCK"),
+        "{prolog}"
+    );
+    assert!(prolog.contains("SPANK_HESHARE_PROFILE_KEYS="), "{prolog}");
+
     let log = c.read("log/slurmctld.log");
     assert!(!log.contains("heshare: panic"), "a panic was logged");
     assert!(alive(&c.slurmctld_pid()), "slurmctld died during the test");

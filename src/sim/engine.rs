@@ -1653,10 +1653,12 @@ mod tests {
     }
 
     /// A job heshare has no label and no profile for is left as its user asked: Slurm runs it
-    /// with its own GRES, `mps:P` for a share (not a whole GPU it never asked for).
+    /// with its own GRES, `mps:P` for a share (not a whole GPU it never asked for), except that
+    /// with `whole_first_runs` a share may get a whole GPU while GPUs are idle, and the report
+    /// counts each such job.
     #[test]
     fn heshare_leaves_a_job_it_knows_nothing_of_as_asked() {
-        let (cfg, nodes, trace) = setup();
+        let (mut cfg, nodes, trace) = setup();
         let typical = typical(&trace);
         let gpus = nodes.iter().map(|n| n.gpus as usize).sum();
         // Every job a script of its own and nobody labels: nothing recurs, so nothing is
@@ -1672,27 +1674,35 @@ mod tests {
                 ..Recurrence::independent()
             },
         };
-        let world = World::new(&cfg);
-        let jobs = generate_jobs(&cfg, &world, &trace, gpus, &present(&nodes), wl);
-        assert!(jobs.iter().all(|j| j.label.is_none()));
-        let mut st = build_state(&cfg, &nodes, jobs);
-        let fac = facility_of(&st, HostSpec::Sourced, saving(Some(600.0)));
-        let mut sched = by_name("heshare", &st, &typical).expect("known");
-        let m = run(&mut st, &world, sched.as_mut(), fac, |_| {});
-        let p = m.profiles.expect("heshare reports its profiles");
-        assert!(p.as_asked > 300, "{p:?}");
-        let mut shares = 0;
-        for j in st.jobs.iter().filter(|j| j.alloc_s.is_some()) {
-            if crate::sim::schedulers::is_share(j) {
-                shares += 1;
-                assert!(!j.exclusive, "a share job held its GPU exclusively");
-                assert_eq!(j.share, crate::sim::schedulers::trace_share(j));
+        for whole_first_runs in [false, true] {
+            cfg.profiles.whole_first_runs = whole_first_runs;
+            let world = World::new(&cfg);
+            let jobs = generate_jobs(&cfg, &world, &trace, gpus, &present(&nodes), wl);
+            assert!(jobs.iter().all(|j| j.label.is_none()));
+            let mut st = build_state(&cfg, &nodes, jobs);
+            let fac = facility_of(&st, HostSpec::Sourced, saving(Some(600.0)));
+            let mut sched = by_name("heshare", &st, &typical).expect("known");
+            let m = run(&mut st, &world, sched.as_mut(), fac, |_| {});
+            let p = m.profiles.expect("heshare reports its profiles");
+            assert!(p.as_asked > 300, "{p:?}");
+            let (mut shares, mut whole) = (0, 0);
+            for j in st.jobs.iter().filter(|j| j.alloc_s.is_some()) {
+                if crate::sim::schedulers::is_share(j) && !j.exclusive {
+                    shares += 1;
+                    assert_eq!(j.share, crate::sim::schedulers::trace_share(j));
+                } else {
+                    whole += usize::from(crate::sim::schedulers::is_share(j));
+                    assert!(j.exclusive && j.share == SharePct::FULL);
+                    assert_eq!(j.gpus.len(), j.num_gpus as usize);
+                }
+            }
+            assert!(shares > 20, "{shares} share jobs");
+            if whole_first_runs {
+                assert!(whole > 0 && whole <= p.whole_first_runs, "{whole}: {p:?}");
             } else {
-                assert!(j.exclusive && j.share == SharePct::FULL);
-                assert_eq!(j.gpus.len(), j.num_gpus as usize);
+                assert_eq!((whole, p.whole_first_runs), (0, 0), "{p:?}");
             }
         }
-        assert!(shares > 50, "{shares} share jobs");
     }
 
     #[test]

@@ -708,6 +708,7 @@ fn summarise(
             }
             a.labelled += b.labelled;
             a.as_asked += b.as_asked;
+            a.whole_first_runs += b.whole_first_runs;
             a.overruled += b.overruled;
             a.overruled_wrong += b.overruled_wrong;
             a.taught += b.taught;

@@ -404,6 +404,9 @@ pub fn decide_with(
         (Some(c), _) => c.clone(),
         (None, Some(l)) => l.class_family().to_owned(),
         (None, None) => {
+            if let Some(r) = whole_first_run(cfg, site, live, sub, ask) {
+                return Verdict::Rewrite(r);
+            }
             return Verdict::Annotate(
                 "heshare: no --gpu-class and no profile of this job's runs yet, request left as asked"
                     .into(),
@@ -493,6 +496,74 @@ pub fn decide_with(
         learned_rewrite(&mut r, l, opts.gpu_class.as_deref(), sub.time_limit_s);
     }
     Verdict::Rewrite(r)
+}
+
+/// A share nothing is known of yet (no label, no profile): a whole GPU instead while the GPUs
+/// of its types are idle beyond the demand waiting for them (`[profiles] whole_first_runs`).
+/// It runs unthrottled, and its run measures what it needs, where a share smaller than its need
+/// would only say that it needed more. `None` leaves it as asked: not a batch `--gres=mps:P`
+/// job, no fresh snapshot, or GPUs too scarce to give one away. No class and no clock go to
+/// the node helper (the GPU stays at its default clock), and its AdminComment is not one the
+/// snapshot thread re-decides.
+fn whole_first_run(
+    cfg: &Config,
+    site: &Site,
+    live: Live<'_>,
+    sub: &Submission<'_>,
+    ask: &GpuAsk,
+) -> Option<Rewrite> {
+    let p = &cfg.profiles;
+    let asked = ask.mps_pct?;
+    if !(p.enabled && p.whole_first_runs && sub.batch) || ask.per_job || ask.gpus != 1 {
+        return None;
+    }
+    let snap = live.fresh()?;
+    let types: Vec<usize> = match &ask.gpu_type {
+        Some(t) => vec![cfg.gpu_type(t)?],
+        None => {
+            let user = sub.features.and_then(|f| type_disjunction(cfg, f));
+            site.present
+                .iter()
+                .map(|&(t, _)| t)
+                .filter(|t| user.as_ref().is_none_or(|u| u.contains(t)))
+                .filter(|&t| snap.can_host(t, 1, sub.cpus, sub.memory_mib))
+                .collect()
+        }
+    };
+    let (mut total, mut spare) = (0.0, 0.0);
+    for q in types.iter().filter_map(|&t| snap.view.queues.get(t)) {
+        total += f64::from(q.total_gpus);
+        spare += f64::from(q.idle_gpus) - q.pending_gpus;
+    }
+    if total <= 0.0 || spare <= p.whole_first_runs_idle * total {
+        return None;
+    }
+    let typed = ask
+        .gpu_type
+        .as_deref()
+        .map_or(String::new(), |t| format!("{t}:"));
+    let tres = std::iter::once(format!("{}gpu:{typed}1", ask.form.prefix()))
+        .chain(ask.others.iter().cloned())
+        .collect::<Vec<_>>()
+        .join(",");
+    Some(Rewrite {
+        tres,
+        per_job: false,
+        features: None,
+        prefer: None,
+        site_factor: 0,
+        admin_comment: format!(
+            "heshare: first-run share=whole asked={asked} site=+0 {} reason=no --gpu-class and no profile of this job's runs yet: a whole GPU while {spare:.1} of the {total:.0} GPUs of its types are idle beyond the demand waiting, so that its run measures what it needs",
+            live.describe()
+        ),
+        spank_env: Vec::new(),
+        offered: types,
+        gpus: 1,
+        mps_pct: None,
+        limit_type: None,
+        demand_pct: None,
+        learned_limit_s: None,
+    })
 }
 
 /// A decision made with a profile says so: AdminComment names the key, its level and the runs it
@@ -1349,6 +1420,111 @@ mod tests {
         }
     }
     impl Tap for Site {}
+
+    /// A share nothing is known of gets a whole GPU while GPUs sit idle, and its request as
+    /// asked once they do not; the snapshot thread never re-decides it.
+    #[test]
+    fn an_unknown_share_runs_whole_while_gpus_are_idle_and_as_asked_when_they_are_not() {
+        let cfg = cfg();
+        let site = local_site(&cfg);
+        let nodes = local_nodes(&cfg);
+        let ask = parse_tres_per_node(Some("gres:mps:40")).expect("ok");
+        let none = Options::default();
+        let sub = Submission::new(ask.as_ref(), &none, "1000");
+        let idle = Snapshot::build(&cfg, 100.0, &nodes, &[], &[]);
+        let live = Live {
+            snapshot: Some(&idle),
+            now_s: 100.0,
+            max_age_s: 60.0,
+        };
+        let r = rewrite_of(decide(&cfg, &site, live, &sub));
+        assert_eq!(r.tres, "gres:gpu:1");
+        assert_eq!((r.gpus, r.mps_pct, r.site_factor), (1, None, 0));
+        assert_eq!((r.features.as_ref(), r.prefer.as_ref()), (None, None));
+        // No class and no clock for the node helper: the GPU stays at its default clock.
+        assert!(r.spank_env.is_empty(), "{:?}", r.spank_env);
+        assert!(
+            r.admin_comment
+                .starts_with("heshare: first-run share=whole asked=40 ")
+                && r.admin_comment
+                    .contains("8.0 of the 8 GPUs of its types are idle"),
+            "{}",
+            r.admin_comment
+        );
+        assert!(read_admin_comment(&cfg, &r.admin_comment).is_none());
+        // A typed share keeps its type.
+        let typed = parse_tres_per_node(Some("gres:mps:t4:40")).expect("ok");
+        let r = rewrite_of(decide(
+            &cfg,
+            &site,
+            live,
+            &Submission::new(typed.as_ref(), &none, "1000"),
+        ));
+        assert_eq!(r.tres, "gres:gpu:t4:1");
+        let as_asked = |v: Verdict| {
+            assert!(
+                matches!(&v, Verdict::Annotate(m) if m.contains("no profile of this job's runs yet")),
+                "{v:?}"
+            );
+        };
+        // Every GPU held (one of eight idle would be more than the tenth the default asks).
+        let held: Vec<Holding> = [("ha100", 0), ("ha100", 1), ("hv100", 0), ("hv100", 1)]
+            .into_iter()
+            .chain((0..4).map(|i| ("ht4", i)))
+            .map(|(n, i)| hold(n, i, "2000", 3600.0))
+            .collect();
+        let busy = Snapshot::build(&cfg, 100.0, &nodes, &held, &[]);
+        as_asked(decide(
+            &cfg,
+            &site,
+            Live {
+                snapshot: Some(&busy),
+                ..live
+            },
+            &sub,
+        ));
+        // Idle GPUs that pending jobs already wait for do not count.
+        let queued = Snapshot::build(
+            &cfg,
+            100.0,
+            &nodes,
+            &[],
+            &[crate::slurm::snapshot::Pending {
+                types: vec![],
+                gpus: 7.5,
+            }],
+        );
+        as_asked(decide(
+            &cfg,
+            &site,
+            Live {
+                snapshot: Some(&queued),
+                ..live
+            },
+            &sub,
+        ));
+        // No snapshot to tell, an interactive job, a whole-GPU request, or the option off.
+        as_asked(decide(&cfg, &site, Live::NONE, &sub));
+        as_asked(decide(
+            &cfg,
+            &site,
+            live,
+            &Submission {
+                batch: false,
+                ..sub
+            },
+        ));
+        let whole = parse_tres_per_node(Some("gres:gpu:1")).expect("ok");
+        as_asked(decide(
+            &cfg,
+            &site,
+            live,
+            &Submission::new(whole.as_ref(), &none, "1000"),
+        ));
+        let mut off = cfg.clone();
+        off.profiles.whole_first_runs = false;
+        as_asked(decide(&off, &site, live, &sub));
+    }
 
     #[test]
     fn with_the_best_type_held_a_job_goes_elsewhere_at_once_or_says_why_it_waits() {

@@ -322,8 +322,13 @@ impl Shipped {
                     types: r.offered.clone(),
                     prefer,
                 };
-                // What the snapshot thread reads back of it (AdminComment and the job table).
-                let pending = PendingJob {
+                // What the snapshot thread reads back of it (AdminComment and the job table);
+                // a first run given a whole GPU (no label, no profile) is not re-decided.
+                let placed = label.is_some() || learned.is_some();
+                if !placed {
+                    self.profiles.stats.whole_first_runs += 1;
+                }
+                let pending = placed.then(|| PendingJob {
                     class: match (label, &learned) {
                         (Some(c), _) => st.cfg.classes[c].name.clone(),
                         (None, Some(l)) => l.class_family().to_owned(),
@@ -347,10 +352,10 @@ impl Shipped {
                     demand_pct: r.demand_pct,
                     site_factor: Some(r.site_factor),
                     learned: learned.clone(),
-                };
+                });
                 Held {
                     gres,
-                    pending: Some(pending),
+                    pending,
                     site_factor: r.site_factor,
                 }
             }
