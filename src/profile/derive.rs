@@ -91,9 +91,11 @@ pub fn lookup(
     s: DeriveSettings,
 ) -> Option<Learned> {
     keys.iter()
-        // An account's profile mixes its users' jobs: it may stand in for a label nobody gave,
-        // never set one aside.
-        .filter(|k| asked.label.is_none() || k.level() != Level::Request)
+        // An account's profile mixes its users' jobs: it may stand in for a label nobody gave
+        // to whole GPUs, never set one aside, and never decide a share (its users' services
+        // need different shares: one placed and clocked by the mix lands where its own share
+        // falls short; in the simulator such jobs were most of the kills heshare caused).
+        .filter(|k| (asked.label.is_none() && !asked.share) || k.level() != Level::Request)
         .find_map(|k| {
             let p = book.get(k)?;
             derive(cfg, k, p, asked, now_s, s)
@@ -626,6 +628,60 @@ mod tests {
         assert!((l.class.power_util - 0.6).abs() < 0.11);
         assert_eq!(l.class.memory_gib, 9.0);
         assert!(l.overruled.is_none());
+    }
+
+    /// An account's profile mixes its users' jobs: it may place an unlabelled whole-GPU job,
+    /// never a share (whose own need it cannot tell), and never overrule a label.
+    #[test]
+    fn an_accounts_profile_never_decides_a_share() {
+        let cfg = cfg();
+        let mut b = Book::default();
+        let k = ProfileKey::parse("request:physics:mps%3A30").expect("key");
+        assert_eq!(k.level(), Level::Request);
+        for i in 0..4 {
+            b.learn(
+                &Observation {
+                    keys: vec![k.clone()],
+                    uid: 1000,
+                    account: "physics".into(),
+                    gpu_type: "t4".into(),
+                    outcome: Outcome::Completed,
+                    energy_valid: true,
+                    sample: Sample {
+                        id: format!("n:{i}:0"),
+                        end_s: 1000.0 + f64::from(i),
+                        runtime_s: 1800.0,
+                        share_pct: Some(30),
+                        gpus: 1,
+                        stretch: 1.0,
+                        dyn_frac: Some(0.1),
+                        busy: Some(0.25),
+                        memory_gib: None,
+                        alone: false,
+                    },
+                },
+                LearnLimits {
+                    min_runtime_s: 1.0,
+                    max_samples: 32,
+                },
+            );
+        }
+        let ask = |label: Option<&str>, share: bool| {
+            lookup(
+                &cfg,
+                &b,
+                std::slice::from_ref(&k),
+                Asked {
+                    label: label.and_then(|l| cfg.class(l)),
+                    share,
+                },
+                2000.0,
+                SETTINGS,
+            )
+        };
+        assert!(ask(None, true).is_none());
+        assert!(ask(Some("vit-infer"), false).is_none());
+        assert_eq!(ask(None, false).map(|l| l.level), Some(Level::Request));
     }
 
     #[test]
