@@ -106,6 +106,15 @@ pub struct PolicyKnobs {
     /// gone when it reaches this fraction of the type's GPUs (0: always full margins).
     #[serde(default = "default_no_margin_backlog")]
     pub no_margin_backlog: f64,
+    /// A job whose profile says its time limit leaves it less than this fraction over its
+    /// runtime alone on a type gets a GPU of its own there: no neighbour, whose contention
+    /// varies several-fold from pair to pair, can push it past its limit.
+    #[serde(default = "default_limit_headroom")]
+    pub limit_headroom: f64,
+}
+
+fn default_limit_headroom() -> f64 {
+    1.0
 }
 
 fn default_no_margin_backlog() -> f64 {
@@ -681,6 +690,15 @@ fn validate(raw: RawConfig, errs: &mut Problems) -> Config {
         format!(
             "{} is outside 1..=48 (MPS serves at most 48 clients per GPU)",
             p.max_jobs_per_gpu
+        ),
+    );
+    check(
+        errs,
+        finite_in(p.limit_headroom, 0.0, 10.0),
+        "policy.limit_headroom",
+        format!(
+            "{} is outside 0..=10 (a fraction of the runtime)",
+            p.limit_headroom
         ),
     );
     check(
@@ -1682,6 +1700,27 @@ memory_gib = 8
                 ("class.train.power_util", Some(27))
             ]
         );
+    }
+
+    #[test]
+    fn a_negative_limit_headroom_is_refused_by_name() {
+        let bad = SMALL.replace(
+            "energy_weight = 0.5",
+            "energy_weight = 0.5\nlimit_headroom = -0.5",
+        );
+        let errs = parse(&bad).expect_err("must fail");
+        assert_eq!(errs[0].field, "policy.limit_headroom", "{}", errs[0]);
+        assert!(
+            errs[0].to_string().contains("-0.5 is outside 0..=10"),
+            "{}",
+            errs[0]
+        );
+        let ok = SMALL.replace(
+            "energy_weight = 0.5",
+            "energy_weight = 0.5\nlimit_headroom = 2",
+        );
+        let cfg = parse(&ok).expect("valid");
+        assert!((cfg.policy.limit_headroom - 2.0).abs() < 1e-12);
     }
 
     #[test]

@@ -732,6 +732,11 @@ fn evaluate(
             return;
         }
     }
+    // A limit with little headroom over the job's runtime alone here (known where its runs
+    // measured it): a GPU of its own. A neighbour's contention varies several-fold from pair to
+    // pair (Gavel's measured pairs), beyond what the sharing model predicts for the job.
+    let tight = sizing.absolute.is_some()
+        && cap.is_some_and(|c| c < 1.0 + cfg.policy.limit_headroom - 1e-9);
     let bound = cap.map_or(job.bound, |c| job.bound.min(c));
     // Slurm's power saving: waking a node costs its boot (a wait) and keeps it on, idle GPUs
     // and host, for the boot and at least SuspendTime after.
@@ -751,7 +756,18 @@ fn evaluate(
     let new_user = users.id(&job.req.user);
     let gpus = job.req.gpus;
     let mut options: Vec<(ShareSpec, bool)> = Vec::new();
-    if gpus > 1 {
+    if tight {
+        if !occupied {
+            options.push((ShareSpec::Fixed(SharePct::FULL), true));
+        } else {
+            rejections.add(&gpu.name, || {
+                format!(
+                    "its time limit leaves less than {:.0}% over its runtime here to share a GPU",
+                    cfg.policy.limit_headroom * 100.0
+                )
+            });
+        }
+    } else if gpus > 1 {
         options.push((ShareSpec::Fixed(SharePct::FULL), true));
     } else {
         match job.req.share {
@@ -1303,6 +1319,81 @@ mod tests {
         .expect("placed");
         assert!(free.decision.limit_type.is_none());
         assert!(free.candidates[0].sm_clock_mhz < free.candidates[0].default_sm_clock_mhz);
+    }
+
+    /// A job whose profile says its limit leaves it less than `limit_headroom` over its runtime
+    /// on a type gets a GPU of its own there: never a share beside a neighbour, never a share of
+    /// an idle GPU another job could join. With room to spare it may share.
+    #[test]
+    fn a_limit_with_little_headroom_keeps_a_job_off_shared_gpus() {
+        let cfg = cfg();
+        assert!(
+            (cfg.policy.limit_headroom - 1.0).abs() < 1e-12,
+            "the documented default"
+        );
+        let v100 = cfg.gpu_type("v100m16").expect("v100m16");
+        let catalog = cfg.class("vit-infer").expect("vit-infer").clone();
+        let learned = JobClass {
+            measured_speed: vec![("v100m16".into(), 1.0)],
+            ..catalog.clone()
+        };
+        let runtime = alone_runtime(&learned, &cfg.gpu_types[v100], &cfg.gpu_types[v100]).0;
+        let neighbour = PlacedJob {
+            class: cfg
+                .classes
+                .iter()
+                .position(|c| c.name == "vit-infer")
+                .expect("vit-infer"),
+            share: SharePct::new(20).expect("share"),
+            user: "other".into(),
+            exclusive: false,
+        };
+        let mut v = view(
+            &cfg,
+            &[("v100m16", SlotPower::Up), ("v100m16", SlotPower::Up)],
+        );
+        v.gpus[0].jobs.push(neighbour);
+        v.gpus[1].node = "n-idle".into();
+        let req = |limit: f64| JobRequest {
+            time_limit_s: Some(limit),
+            share: ShareRequest::Auto,
+            learned: Some(Arc::new(learned.clone())),
+            ..JobRequest::new("vit-infer")
+        };
+        // 1.5 times its runtime: the idle GPU whole, nothing on the shared one.
+        let tight = place(&cfg, &v, &req(1.5 * runtime)).expect("placed");
+        assert!(!tight.candidates.is_empty());
+        for c in &tight.candidates {
+            assert!(
+                c.exclusive && c.co_located_jobs == 0,
+                "a tight job offered {}% beside {} jobs",
+                c.share_pct,
+                c.co_located_jobs
+            );
+        }
+        assert!(tight.decision.exclusive);
+        // Three times its runtime: it may share, and a share beside the neighbour is planned.
+        let loose = place(&cfg, &v, &req(3.0 * runtime)).expect("placed");
+        assert!(
+            loose
+                .candidates
+                .iter()
+                .any(|c| !c.exclusive && c.co_located_jobs == 1),
+            "{:?}",
+            loose.candidates
+        );
+        // No headroom asked: the tight job may share too.
+        let mut lax = cfg.clone();
+        lax.policy.limit_headroom = 0.0;
+        let shared = place(&lax, &v, &req(1.5 * runtime)).expect("placed");
+        assert!(shared.candidates.iter().any(|c| !c.exclusive));
+        // A catalog class (limits read against the slowest type) is not held to the headroom.
+        let labelled = JobRequest {
+            learned: None,
+            ..req(1.5 * runtime)
+        };
+        let plan = place(&cfg, &v, &labelled).expect("placed");
+        assert!(plan.candidates.iter().any(|c| !c.exclusive));
     }
 
     /// With limits written for one type (`policy.limit_type`), a slower type is never offered to
