@@ -261,9 +261,12 @@ impl Mps {
         )
     }
 
-    /// Whether a control daemon answers on this GPU's pipe directory.
+    /// Whether a control daemon answers on this GPU's pipe directory. A daemon that quit leaves
+    /// its `control` behind, and a client may wait for one that is gone until its deadline: the
+    /// pipe is asked first.
     pub fn running(&self, gpu: u32) -> bool {
-        self.pipe_dir(gpu).join("control").exists() && self.control(gpu, "get_server_list").is_ok()
+        listening(&self.pipe_dir(gpu).join("control"))
+            && self.control(gpu, "get_server_list").is_ok()
     }
 
     /// Starts the GPU's control daemon if none answers, then a server for `uid`.
@@ -314,7 +317,7 @@ impl Mps {
     fn wait_until(&self, gpu: u32, up: bool, what: &'static str) -> Result<(), MpsError> {
         let start = Instant::now();
         loop {
-            let control = self.pipe_dir(gpu).join("control").exists();
+            let control = listening(&self.pipe_dir(gpu).join("control"));
             if control == up && (!up || self.running(gpu)) {
                 return Ok(());
             }
@@ -325,14 +328,109 @@ impl Mps {
                     secs: self.timeout.as_secs_f64(),
                 });
             }
-            std::thread::sleep(Duration::from_millis(10));
+            // Each look at a live socket is a connection the daemon logs: every 50 ms.
+            std::thread::sleep(Duration::from_millis(50));
         }
+    }
+}
+
+/// Whether something listens on a control daemon's pipe. A daemon that quit leaves the path
+/// behind (an H200 with driver 580 and MPS 13.0 keeps `control`, a Unix socket, after the
+/// daemon has exited), so existence says nothing: a socket must not refuse a connection, a FIFO
+/// (older MPS) must have a reader (opening it to write without blocking fails with ENXIO when
+/// nobody reads it). Nothing is sent.
+fn listening(control: &Path) -> bool {
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+    match std::fs::symlink_metadata(control) {
+        Err(_) => false,
+        // Refused: a socket file nobody is bound to. Another error (the daemon's socket may
+        // not be a stream socket: EPROTOTYPE) means a socket is bound there.
+        Ok(m) if m.file_type().is_socket() => {
+            match std::os::unix::net::UnixStream::connect(control) {
+                Ok(_) => true,
+                Err(e) => !matches!(
+                    e.kind(),
+                    std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::NotFound
+                ),
+            }
+        }
+        Ok(m) if m.file_type().is_fifo() => std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(control)
+            .is_ok(),
+        Ok(_) => true,
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_fifo_nobody_reads_is_no_daemon() {
+        use std::os::unix::fs::OpenOptionsExt;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let fifo = dir.path().join("control");
+        assert!(!listening(&fifo), "no pipe at all");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).expect("path");
+        // SAFETY: a valid NUL-terminated path; mkfifo only creates the node.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0, "mkfifo");
+        assert!(
+            !listening(&fifo),
+            "a FIFO left behind by a daemon that quit"
+        );
+        // A reader (what a live daemon is) holds it open.
+        let reader = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&fifo)
+            .expect("reader");
+        assert!(listening(&fifo), "a daemon reading its pipe");
+        drop(reader);
+        assert!(!listening(&fifo));
+    }
+
+    /// The real daemon's socket (MPS 13.0 on an H200): SOCK_SEQPACKET, which a stream
+    /// connection is refused with EPROTOTYPE while it lives and ECONNREFUSED once it quit.
+    #[test]
+    fn a_seqpacket_daemon_is_seen_alive_and_then_gone() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let sock = dir.path().join("control");
+        let bytes = sock.as_os_str().as_encoded_bytes();
+        // SAFETY: plain socket calls on a zeroed sockaddr_un whose path fits (asserted) and is
+        // NUL-terminated by the zeroing; the descriptor is closed below.
+        unsafe {
+            let fd = libc::socket(libc::AF_UNIX, libc::SOCK_SEQPACKET, 0);
+            assert!(fd >= 0, "socket");
+            let mut addr: libc::sockaddr_un = std::mem::zeroed();
+            addr.sun_family = libc::sa_family_t::try_from(libc::AF_UNIX).expect("AF_UNIX");
+            assert!(bytes.len() < addr.sun_path.len(), "path fits");
+            for (d, b) in addr.sun_path.iter_mut().zip(bytes) {
+                *d = *b as libc::c_char;
+            }
+            let len =
+                libc::socklen_t::try_from(std::mem::size_of::<libc::sockaddr_un>()).expect("small");
+            assert_eq!(libc::bind(fd, (&raw const addr).cast(), len), 0, "bind");
+            assert_eq!(libc::listen(fd, 4), 0, "listen");
+            assert!(listening(&sock), "a live SOCK_SEQPACKET daemon");
+            libc::close(fd);
+        }
+        assert!(sock.exists(), "left behind, as the real daemon leaves it");
+        assert!(!listening(&sock));
+    }
+
+    #[test]
+    fn a_socket_nobody_accepts_on_is_no_daemon() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let sock = dir.path().join("control");
+        let daemon = std::os::unix::net::UnixListener::bind(&sock).expect("bind");
+        assert!(listening(&sock), "a daemon accepting on its socket");
+        // What a daemon that quit leaves: the socket file, nobody behind it.
+        drop(daemon);
+        assert!(sock.exists());
+        assert!(!listening(&sock));
+    }
 
     #[test]
     fn a_hung_command_is_killed_at_its_deadline() {
