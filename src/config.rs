@@ -259,6 +259,8 @@ pub struct LiveSettings {
     /// changed.
     pub reroute_pending: bool,
     /// At most this many pending jobs are re-decided per snapshot (in Slurm's priority order).
+    /// A saturated cluster's queue is longer than a hundred: the jobs behind would keep the
+    /// offer they got at submission, made for a cluster that has moved on.
     pub reroute_max_jobs: u32,
     /// How often the snapshot thread writes its status line to slurmctld's log.
     pub status_log_period_s: f64,
@@ -270,7 +272,7 @@ impl Default for LiveSettings {
             snapshot_period_s: 15.0,
             snapshot_max_age_s: 120.0,
             reroute_pending: true,
-            reroute_max_jobs: 100,
+            reroute_max_jobs: 1000,
             status_log_period_s: 600.0,
         }
     }
