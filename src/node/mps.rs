@@ -317,8 +317,13 @@ impl Mps {
     fn wait_until(&self, gpu: u32, up: bool, what: &'static str) -> Result<(), MpsError> {
         let start = Instant::now();
         loop {
-            let control = listening(&self.pipe_dir(gpu).join("control"));
-            if control == up && (!up || self.running(gpu)) {
+            // Up: the daemon answers (`running` asks the pipe first); down: nothing listens.
+            let settled = if up {
+                self.running(gpu)
+            } else {
+                !listening(&self.pipe_dir(gpu).join("control"))
+            };
+            if settled {
                 return Ok(());
             }
             if start.elapsed() >= self.timeout {
@@ -328,7 +333,7 @@ impl Mps {
                     secs: self.timeout.as_secs_f64(),
                 });
             }
-            // Each look at a live socket is a connection the daemon logs: every 50 ms.
+            // Each look at a live daemon may be a connection it logs: every 50 ms.
             std::thread::sleep(Duration::from_millis(50));
         }
     }
