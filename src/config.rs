@@ -1006,6 +1006,7 @@ fn validate(raw: RawConfig, errs: &mut Problems) -> Config {
             demand,
             slowdown_bound: c.slowdown_bound,
             measured_speed: vec![],
+            limit_kills: vec![],
         });
     }
     validate_node(&raw.node, &gpu_types, errs);

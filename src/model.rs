@@ -117,6 +117,12 @@ pub struct JobClass {
     /// `(type name, speed relative to the reference type)`: they replace `(K_g / K_ref)^a` on
     /// those types. Empty for the catalog's classes.
     pub measured_speed: Vec<(String, f64)>,
+    /// Types on which a recent run of this job (a profile's) was killed at its time limit, with
+    /// the largest MPS share such a run held there, `None` where one had whole GPUs: where a
+    /// share no smaller than its need now ran out of time, a neighbour slowed it more than the
+    /// model says and it gets only a whole GPU at the default clock; where even a whole GPU ran
+    /// out of time, not the type. Empty for the catalog's classes.
+    pub limit_kills: Vec<(String, Option<u8>)>,
 }
 
 impl JobClass {
@@ -144,6 +150,7 @@ impl JobClass {
             t.hash(&mut h);
             s.to_bits().hash(&mut h);
         }
+        self.limit_kills.hash(&mut h);
         h.finish()
     }
 }
@@ -497,6 +504,7 @@ pub(crate) mod tests {
             demand: 1.0,
             slowdown_bound: None,
             measured_speed: vec![],
+            limit_kills: vec![],
         }
     }
 

@@ -1099,3 +1099,56 @@ fn the_mps_daemon_gets_the_library_path_the_site_names_and_only_a_safe_one() {
         "{err}"
     );
 }
+
+/// A profiled job whose time limit leaves it little room over its predicted runtime on a type its
+/// runs never measured keeps its GPU at the default clock there (the clock's effect is the
+/// model's guess, too close to the limit to trust); with room to spare, or where its runs
+/// measured the type, it is clocked down within its limit. Its record carries the limit, so that
+/// a kill at the limit teaches its profile.
+#[test]
+fn a_profiled_job_near_its_time_limit_keeps_the_default_clock() {
+    let n = Node::new(false);
+    // Learned from its runs on the reference v100 (3,600 s), as clock-bound as bert-train; on an
+    // a100 (2x the v100's throughput, a = 1) predicted at 1,800 s.
+    let unmeasured = "v1;k=training;t=3600;a=1;c=0.43;kn=0;u=0.88;mi=1;m=12;d=1;s=v100m16:1.0";
+    // The same job with its a100 runs measured at that speed.
+    let measured = "v1;k=training;t=3600;a=1;c=0.43;kn=0;u=0.88;mi=1;m=12;d=1;s=a100:2.0";
+    let locked = |id: &str, profile: &str, limit: &str| {
+        let j = job(id, 0, None, "bert-train");
+        let o = n
+            .hook_cmd("prolog", &j)
+            .env("SPANK_HESHARE_PROFILE", profile)
+            .env("SPANK_HESHARE_TIME_LIMIT_S", limit)
+            .output()
+            .expect("runs");
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let mhz = n.status()["gpus"][0]["backend_locked_mhz"].as_u64();
+        pause();
+        let o = n
+            .hook_cmd("epilog", &j)
+            .env("SPANK_HESHARE_PROFILE", profile)
+            .env("SPANK_HESHARE_TIME_LIMIT_S", limit)
+            .env("SLURM_JOB_EXIT_CODE2", "0:15")
+            .output()
+            .expect("runs");
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        (j, mhz)
+    };
+    // A limit 1.2x its runtime there: the default clock (nothing locked, or 1410 MHz).
+    let (tight, mhz) = locked("301", unmeasured, "2160");
+    assert!(mhz.is_none_or(|m| m >= 1410), "locked at {mhz:?} MHz");
+    // Ten times its runtime: clocked down within its bound.
+    let (loose, mhz) = locked("302", unmeasured, "18000");
+    assert!(mhz.is_some_and(|m| m < 1410), "locked at {mhz:?} MHz");
+    // Measured there: clocked down as far as its limit allows.
+    let (known, mhz) = locked("303", measured, "2160");
+    assert!(mhz.is_some_and(|m| m < 1410), "locked at {mhz:?} MHz");
+    n.assert_settled(&[&tight, &loose, &known]);
+    let recs = n.records();
+    let rec = recs
+        .iter()
+        .find(|r| r["job_id"] == "301")
+        .expect("record of 301");
+    assert_eq!(rec["time_limit_s"], 2160.0);
+    assert_eq!(rec["exit"], "0:15");
+}

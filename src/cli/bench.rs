@@ -169,6 +169,7 @@ fn synthetic_book(cfg: &Config, n: usize, rng: &mut SplitMix) -> crate::profile:
                         gpu_type: gpu.name.clone(),
                         outcome: Outcome::Completed,
                         energy_valid: true,
+                        time_limit_s: None,
                         sample: Sample {
                             id: format!("b:{i}:{t}:{r}"),
                             end_s: f64::from(r),

@@ -719,6 +719,7 @@ impl<'a> NodeHelper<'a> {
                 exit: None,
                 busy_frac: None,
                 max_memory_mib: None,
+                time_limit_s: None,
             });
         }
         gs.idle_j = 0.0;
@@ -823,6 +824,15 @@ impl<'a> NodeHelper<'a> {
         reference: &GpuType,
         jobs: &[JobOnGpu],
     ) -> (Mhz, Option<String>) {
+        if let Some(j) = jobs.iter().find(|j| j.default_clock) {
+            return (
+                gpu.default_sm_clock,
+                Some(format!(
+                    "job {}'s time limit leaves it too little room here: default clock",
+                    j.job_id
+                )),
+            );
+        }
         // Sized for the upper end of what each class may need, as placement sized the shares; a
         // profiled job as its runs measured it (their upper quantile).
         let learned: Vec<Option<JobClass>> = jobs.iter().map(learned_class).collect();
@@ -934,6 +944,12 @@ impl<'a> NodeHelper<'a> {
                 ),
                 _ => bound,
             };
+            let default_clock = match (&learned, job.time_limit_s) {
+                (Some(c), Some(limit)) => {
+                    crate::policy::keeps_default_clock(self.cfg, c, gpu_type, limit)
+                }
+                _ => false,
+            };
             run.st
                 .gpus
                 .get_mut(&g)
@@ -956,6 +972,7 @@ impl<'a> NodeHelper<'a> {
                     waits_for_uid: None,
                     mps_wait_s: 0.0,
                     outside_mps_beside_uid: None,
+                    default_clock,
                     demand_pct: job.demand_pct,
                     profile_keys: job.profile_keys.clone(),
                     profile: job.profile.clone(),
@@ -1316,6 +1333,7 @@ impl<'a> NodeHelper<'a> {
                     .then(|| (busy / 100.0 / window).clamp(0.0, 1.0))
             },
             max_memory_mib: None,
+            time_limit_s: job.time_limit_s,
         }
     }
 
@@ -1471,6 +1489,7 @@ fn fallback_classes(jobs: &[JobOnGpu]) -> Vec<JobClass> {
                 demand: share_of(j).fraction(),
                 slowdown_bound: None,
                 measured_speed: vec![],
+                limit_kills: vec![],
             })
         })
         .collect()

@@ -113,6 +113,10 @@ pub struct Record {
     /// The most GPU memory the job's processes held, where the driver said.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_memory_mib: Option<f64>,
+    /// The job's time limit (`SPANK_HESHARE_TIME_LIMIT_S`), where the plugin passed it: a run
+    /// killed by a signal at its limit ran out of time, which its profile remembers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_limit_s: Option<f64>,
 }
 
 fn yes() -> bool {
@@ -219,6 +223,7 @@ mod tests {
             exit: None,
             busy_frac: None,
             max_memory_mib: None,
+            time_limit_s: None,
         }
     }
 

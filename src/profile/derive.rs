@@ -135,6 +135,7 @@ pub fn family_prior(cfg: &Config, kind: JobKind) -> JobClass {
         ),
         slowdown_bound: None,
         measured_speed: vec![],
+        limit_kills: vec![],
     }
 }
 
@@ -190,6 +191,36 @@ fn power_ratio(
     Some(measured.max(1e-4) / predicted.max(1e-4))
 }
 
+/// The types on which a run was killed at its time limit within the last half-life, with the
+/// largest share such a run held there (`None`: one had whole GPUs, and even they did not do).
+fn limit_kills(
+    cfg: &Config,
+    profile: &Profile,
+    now_s: f64,
+    half_life_s: f64,
+) -> Vec<(String, Option<u8>)> {
+    profile
+        .types
+        .iter()
+        .filter(|(name, _)| cfg.gpu_type(name).is_some())
+        .filter_map(|(name, runs)| {
+            let recent: Vec<_> = runs
+                .limit_kills
+                .iter()
+                .filter(|k| recency_weight(k.end_s, now_s, half_life_s) >= 0.5)
+                .collect();
+            (!recent.is_empty()).then(|| {
+                let share = if recent.iter().any(|k| k.share_pct.is_none()) {
+                    None
+                } else {
+                    recent.iter().filter_map(|k| k.share_pct).max()
+                };
+                (name.clone(), share)
+            })
+        })
+        .collect()
+}
+
 /// Derives the class one profile gives, `None` with too few runs.
 pub fn derive(
     cfg: &Config,
@@ -205,6 +236,9 @@ pub fn derive(
         let Some(t) = cfg.gpu_type(name) else {
             continue; // A type the catalog no longer has.
         };
+        if runs.samples.is_empty() {
+            continue; // Only kills at its limit here: nothing measured.
+        }
         let samples: Vec<&Sample> = runs.samples.iter().collect();
         let weights = samples
             .iter()
@@ -293,6 +327,7 @@ pub fn derive(
         name: key.as_str().to_owned(),
         description: format!("learned from {} runs", profile.runs()),
         measured_speed: vec![],
+        limit_kills: vec![],
         ..prior.clone()
     };
     // Clock sensitivity, where one type's whole-GPU runs ran at clocks far enough apart: the
@@ -449,6 +484,7 @@ pub fn derive(
     if let Some(m) = quantile_over(&data, |x| x.memory_gib, 1.0) {
         class.memory_gib = m;
     }
+    class.limit_kills = limit_kills(cfg, profile, now_s, s.half_life_s);
     Some(Learned {
         key: key.clone(),
         level: key.level(),
@@ -549,6 +585,7 @@ mod tests {
                 gpu_type: gpu.into(),
                 outcome: Outcome::Completed,
                 energy_valid: true,
+                time_limit_s: None,
                 sample: Sample {
                     id: format!("n:{i}:0"),
                     #[allow(clippy::cast_precision_loss)]
@@ -647,6 +684,7 @@ mod tests {
                     gpu_type: "t4".into(),
                     outcome: Outcome::Completed,
                     energy_valid: true,
+                    time_limit_s: None,
                     sample: Sample {
                         id: format!("n:{i}:0"),
                         end_s: 1000.0 + f64::from(i),
@@ -682,6 +720,69 @@ mod tests {
         assert!(ask(None, true).is_none());
         assert!(ask(Some("vit-infer"), false).is_none());
         assert_eq!(ask(None, false).map(|l| l.level), Some(Level::Request));
+    }
+
+    /// Kills at the time limit within the last half-life name their types in the learned class:
+    /// `false` where the run shared its GPU, `true` where it had it to itself; older kills and
+    /// kills on types the catalog dropped are forgotten.
+    #[test]
+    fn recent_kills_at_the_limit_name_their_types() {
+        let cfg = cfg();
+        let mut b = book(&[("v100m16", 4000.0, 0.7, 1.0), ("v100m16", 4200.0, 0.7, 1.0)]);
+        let kill = |b: &mut Book, gpu: &str, id: &str, end_s: f64, share: Option<u8>| {
+            b.learn(
+                &Observation {
+                    keys: vec![key()],
+                    uid: 1000,
+                    account: "physics".into(),
+                    gpu_type: gpu.into(),
+                    outcome: Outcome::Killed,
+                    energy_valid: true,
+                    time_limit_s: Some(3600.0),
+                    sample: Sample {
+                        id: id.into(),
+                        end_s,
+                        runtime_s: 3600.0,
+                        share_pct: share,
+                        gpus: 1,
+                        stretch: 1.0,
+                        dyn_frac: None,
+                        busy: None,
+                        memory_gib: None,
+                        alone: share.is_none(),
+                    },
+                },
+                LearnLimits {
+                    min_runtime_s: 1.0,
+                    max_samples: 32,
+                },
+            )
+        };
+        assert!(
+            learned(&cfg, &b, None)
+                .expect("profile")
+                .class
+                .limit_kills
+                .is_empty()
+        );
+        kill(&mut b, "a10", "k:1", 1500.0, Some(35));
+        kill(&mut b, "t4", "k:2", 1600.0, None);
+        kill(&mut b, "gone", "k:3", 1700.0, Some(20));
+        // Two half-lives ago: forgotten.
+        kill(
+            &mut b,
+            "a100",
+            "k:4",
+            2000.0 - 2.0 * SETTINGS.half_life_s,
+            Some(50),
+        );
+        let l = learned(&cfg, &b, None).expect("profile");
+        assert_eq!(
+            l.class.limit_kills,
+            vec![("a10".to_owned(), Some(35)), ("t4".to_owned(), None)]
+        );
+        // Types with kills only measured nothing.
+        assert_eq!(l.measured, vec!["v100m16".to_owned()]);
     }
 
     #[test]

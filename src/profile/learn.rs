@@ -87,7 +87,34 @@ pub struct Observation {
     pub outcome: Outcome,
     /// False when the energy is not the whole run's (a counter reset, a Prolog that never ran).
     pub energy_valid: bool,
+    /// The job's time limit, where the record has it: a run ended by a signal at its limit ran
+    /// out of time.
+    pub time_limit_s: Option<f64>,
     pub sample: Sample,
+}
+
+impl Observation {
+    /// Killed by a signal once its runtime reached its time limit (Slurm signals a job at its
+    /// limit and kills it `KillWait` later; 2% below covers the Prolog's start before the job's).
+    pub fn hit_limit(&self) -> bool {
+        self.outcome == Outcome::Killed
+            && self
+                .time_limit_s
+                .is_some_and(|l| l > 0.0 && self.sample.runtime_s >= 0.98 * l)
+    }
+}
+
+/// A run killed at its time limit on a type: its runtime is only a lower bound, so it is no
+/// sample, but it says the job did not finish in time there, as it ran.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LimitKill {
+    /// The accounting record's id.
+    pub id: String,
+    pub end_s: f64,
+    /// The MPS share it held (percent), `None` for whole GPUs.
+    pub share_pct: Option<u8>,
+    /// Whether it shared its GPUs with another job while it ran.
+    pub alone: bool,
 }
 
 /// The runs of one key on one GPU type.
@@ -97,6 +124,9 @@ pub struct TypeRuns {
     pub samples: Vec<Sample>,
     /// Every run ever filed here (the samples are the newest of them).
     pub runs: u64,
+    /// Runs killed at their time limit here, newest last, at most `max_samples`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub limit_kills: Vec<LimitKill>,
 }
 
 /// Everything learned under one key.
@@ -144,12 +174,15 @@ impl Book {
     pub fn learn(&mut self, obs: &Observation, limits: LearnLimits) -> Filed {
         let mut filed = Filed::default();
         let s = &obs.sample;
+        let hit_limit = obs.hit_limit();
         filed.skipped = match obs.outcome {
             Outcome::Failed => Some("failed"),
-            Outcome::Killed => Some("ended by a signal (cancelled, time limit)"),
+            Outcome::Killed if !hit_limit => Some("ended by a signal before its time limit"),
+            Outcome::Killed => None,
             Outcome::Completed | Outcome::Unknown => None,
         }
-        .or_else(|| (!obs.energy_valid).then_some("energy incomplete"))
+        // A kill at the limit teaches by its runtime alone, not by its energy.
+        .or_else(|| (!obs.energy_valid && !hit_limit).then_some("energy incomplete"))
         .or_else(|| {
             (!s.runtime_s.is_finite() || s.runtime_s < limits.min_runtime_s).then_some("too short")
         })
@@ -164,6 +197,28 @@ impl Book {
             }
             let p = self.profiles.entry(key.as_str().to_owned()).or_default();
             let t = p.types.entry(obs.gpu_type.clone()).or_default();
+            if hit_limit {
+                if t.limit_kills.iter().any(|x| x.id == s.id) {
+                    continue;
+                }
+                let at = t.limit_kills.partition_point(|x| x.end_s <= s.end_s);
+                t.limit_kills.insert(
+                    at,
+                    LimitKill {
+                        id: s.id.clone(),
+                        end_s: s.end_s,
+                        share_pct: s.share_pct,
+                        alone: s.alone,
+                    },
+                );
+                if t.limit_kills.len() > limits.max_samples.max(1) {
+                    let extra = t.limit_kills.len() - limits.max_samples.max(1);
+                    t.limit_kills.drain(..extra);
+                }
+                p.last_s = p.last_s.max(s.end_s);
+                filed.taught += 1;
+                continue;
+            }
             if t.samples.iter().any(|x| x.id == s.id) {
                 continue;
             }
@@ -251,6 +306,7 @@ mod tests {
             gpu_type: "a100".into(),
             outcome: Outcome::Completed,
             energy_valid: true,
+            time_limit_s: None,
             sample: Sample {
                 id: id.into(),
                 end_s: end,
@@ -275,7 +331,7 @@ mod tests {
         assert_eq!(b.learn(&obs("n:1:1", 1000, 10.0), LIMITS).taught, 0);
         for (outcome, why) in [
             (Outcome::Failed, "failed"),
-            (Outcome::Killed, "ended by a signal (cancelled, time limit)"),
+            (Outcome::Killed, "ended by a signal before its time limit"),
         ] {
             let mut o = obs("n:2:1", 1000, 20.0);
             o.outcome = outcome;
@@ -289,6 +345,64 @@ mod tests {
         assert_eq!(b.learn(&reset, LIMITS).skipped, Some("energy incomplete"));
         for p in b.profiles.values() {
             assert_eq!(p.runs(), 1);
+        }
+    }
+
+    /// A run killed at its time limit is no runtime sample (its runtime is only a lower bound)
+    /// but is remembered as a kill on its type, with its share and whether it was alone; one
+    /// killed by a signal well before its limit (scancel) teaches nothing.
+    #[test]
+    fn a_run_killed_at_its_limit_is_filed_as_a_kill_not_a_sample() {
+        let mut b = Book::default();
+        let mut killed = obs("n:1:1", 1000, 10.0);
+        killed.outcome = Outcome::Killed;
+        killed.time_limit_s = Some(3600.0);
+        killed.sample.share_pct = Some(30);
+        killed.sample.alone = false;
+        // Its counter may not have been read out at the kill: the kill still teaches.
+        killed.energy_valid = false;
+        assert!(killed.hit_limit());
+        let f = b.learn(&killed, LIMITS);
+        assert_eq!((f.taught, f.skipped), (3, None));
+        // Filed once, whatever the retries.
+        assert_eq!(b.learn(&killed, LIMITS).taught, 0);
+        for p in b.profiles.values() {
+            assert_eq!(p.runs(), 0, "a kill is not a run that measured anything");
+            let t = &p.types["a100"];
+            assert!(t.samples.is_empty());
+            assert_eq!(
+                t.limit_kills,
+                vec![LimitKill {
+                    id: "n:1:1".into(),
+                    end_s: 10.0,
+                    share_pct: Some(30),
+                    alone: false,
+                }]
+            );
+        }
+        let mut cancelled = obs("n:2:1", 1000, 20.0);
+        cancelled.outcome = Outcome::Killed;
+        cancelled.time_limit_s = Some(7200.0);
+        assert!(!cancelled.hit_limit());
+        assert_eq!(
+            b.learn(&cancelled, LIMITS).skipped,
+            Some("ended by a signal before its time limit")
+        );
+        // No limit in the record: nothing says it ran out of time.
+        let mut unknown = obs("n:3:1", 1000, 30.0);
+        unknown.outcome = Outcome::Killed;
+        assert!(!unknown.hit_limit());
+        // Only the newest `max_samples` kills are kept.
+        for i in 0..10 {
+            let mut k = killed.clone();
+            k.sample.id = format!("n:k{i}:1");
+            k.sample.end_s = 100.0 + f64::from(i);
+            b.learn(&k, LIMITS);
+        }
+        for p in b.profiles.values() {
+            let kills = &p.types["a100"].limit_kills;
+            assert_eq!(kills.len(), LIMITS.max_samples);
+            assert_eq!(kills.last().map(|k| k.id.as_str()), Some("n:k9:1"));
         }
     }
 

@@ -265,6 +265,7 @@ pub fn observation(cfg: &Config, r: &Record) -> Option<Observation> {
             .as_deref()
             .map_or(Outcome::Unknown, Outcome::of_exit_code2),
         energy_valid: r.complete && !r.counter_reset,
+        time_limit_s: r.time_limit_s,
         sample: Sample {
             id: r.record_id.clone(),
             end_s: r.end,
@@ -482,6 +483,7 @@ mod tests {
             exit: Some(exit.into()),
             busy_frac: None,
             max_memory_mib: None,
+            time_limit_s: None,
         }
     }
 

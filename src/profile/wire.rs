@@ -1,7 +1,9 @@
 //! A learned class as one SPANK environment value (`HESHARE_PROFILE`), so that the node helper
 //! clocks a profiled job with the numbers the plugin placed it with, without reading the store.
 //!
-//! `v1;k=training;t=3600;a=0.5;c=0.3;kn=0;u=0.6;mi=1;m=8;d=1;s=a100:2.1/t4:0.42`. Only
+//! `v1;k=training;t=3600;a=0.5;c=0.3;kn=0;u=0.6;mi=1;m=8;d=1;s=a100:2.1/t4:0.42;lk=a10:35`
+//! (`lk`: types where its runs were killed at their time limit, with the largest share held
+//! there, `w` for whole GPUs). Only
 //! `job_submit` writes it (it removes any such entry a submission brings), and the helper checks
 //! every number's range before use: a value that does not read is ignored, never trusted.
 
@@ -14,8 +16,16 @@ pub fn encode(class: &JobClass) -> String {
         .iter()
         .map(|(t, s)| format!("{t}:{s:.4}"))
         .collect();
+    let kills: Vec<String> = class
+        .limit_kills
+        .iter()
+        .map(|(t, share)| match share {
+            Some(s) => format!("{t}:{s}"),
+            None => format!("{t}:w"),
+        })
+        .collect();
     format!(
-        "v1;k={};t={:.1};a={:.4};c={:.4};kn={:.4};u={:.4};mi={:.4};m={:.2};d={:.4};s={}",
+        "v1;k={};t={:.1};a={:.4};c={:.4};kn={:.4};u={:.4};mi={:.4};m={:.2};d={:.4};s={};lk={}",
         match class.kind {
             JobKind::Training => "training",
             JobKind::Inference => "inference",
@@ -29,6 +39,7 @@ pub fn encode(class: &JobClass) -> String {
         class.memory_gib,
         class.demand,
         speeds.join("/"),
+        kills.join("/"),
     )
 }
 
@@ -53,6 +64,7 @@ pub fn decode(s: &str, name: &str) -> Option<JobClass> {
         demand: f64::NAN,
         slowdown_bound: None,
         measured_speed: vec![],
+        limit_kills: vec![],
     };
     let num = |v: &str, lo: f64, hi: f64| {
         v.parse::<f64>()
@@ -86,6 +98,19 @@ pub fn decode(s: &str, name: &str) -> Option<JobClass> {
                     c.measured_speed.push((t.to_owned(), num(x, 1e-6, 1e6)?));
                 }
             }
+            "lk" => {
+                for e in v.split('/').filter(|e| !e.is_empty()) {
+                    let (t, m) = e.split_once(':')?;
+                    if t.is_empty() || t.len() > 64 {
+                        return None;
+                    }
+                    let share = match m {
+                        "w" => None,
+                        _ => Some(m.parse::<u8>().ok().filter(|p| (1..=100).contains(p))?),
+                    };
+                    c.limit_kills.push((t.to_owned(), share));
+                }
+            }
             _ => {}
         }
     }
@@ -117,9 +142,11 @@ mod tests {
         for class in &cfg.classes {
             let mut c = class.clone();
             c.measured_speed = vec![("a100".into(), 2.5), ("t4".into(), 0.41)];
+            c.limit_kills = vec![("a10".into(), Some(35)), ("t4".into(), None)];
             let back = decode(&encode(&c), &c.name).expect("reads");
             assert_eq!(back.kind, c.kind);
             assert_eq!(back.measured_speed, c.measured_speed);
+            assert_eq!(back.limit_kills, c.limit_kills);
             assert!((back.reference_runtime_s - c.reference_runtime_s).abs() < 0.1);
             assert!((back.demand - c.demand).abs() < 1e-4);
         }

@@ -414,6 +414,7 @@ mod tests {
             exit: None,
             busy_frac: None,
             max_memory_mib: None,
+            time_limit_s: None,
         }
     }
 

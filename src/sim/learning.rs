@@ -195,6 +195,7 @@ impl OnlineProfiles {
             exit: Some(if job.killed_s.is_some() { "0:9" } else { "0:0" }.into()),
             busy_frac: Some((job.busy_s / (f64::from(job.num_gpus.max(1)) * dur)).clamp(0.0, 1.0)),
             max_memory_mib: None,
+            time_limit_s: Some(job.limit_s),
         };
         if let Some(o) = observation(st.cfg, &record) {
             self.pending.push(o);

@@ -229,7 +229,15 @@ pub fn node_helper_clock(
                     .class_on(name, h.demand_pct, gt, 1.0)
                     .unwrap_or(&st.cfg.classes[*c])
             }
-            HintClass::Learned(c) => c.as_ref(),
+            HintClass::Learned(c) => {
+                // Too little room in its time limit to trust a lower clock here: the default.
+                if h.limit_s
+                    .is_some_and(|l| crate::policy::keeps_default_clock(st.cfg, c, gt, l))
+                {
+                    return gt.default_sm_clock;
+                }
+                c.as_ref()
+            }
             // A job the helper knows nothing of shares the GPU: the default clock.
             HintClass::Unknown => return gt.default_sm_clock,
         };
