@@ -379,15 +379,30 @@ fn profiles_are_updated_listed_shown_and_forgotten() {
             300.0 * runtime
         )
     };
+    // A fourth run, an hour ago, on a whole t4: killed by Slurm at its 600 s time limit.
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs_f64();
+    let killed = format!(
+        "{{\"record_id\":\"n1:4:1\",\"kind\":\"job\",\"node\":\"n1\",\"job_id\":\"4\",\"uid\":1000,\"account\":\"phys\",\"gpus\":[0],\"gpu_type\":\"t4\",\"start\":{},\"end\":{},\"energy_j\":42000,\"avg_w\":70,\"backend\":\"model\",\"basis\":\"whole\",\"profile_keys\":[\"script:1000:00000000000000aa\"],\"exit\":\"0:9\",\"time_limit_s\":600}}\n",
+        now - 4200.0,
+        now - 3600.0
+    );
     std::fs::write(
         d.join("acct/n1.jsonl"),
-        format!("{}{}{}", rec(1, 600.0), rec(2, 620.0), rec(3, 610.0)),
+        format!(
+            "{}{}{}{killed}",
+            rec(1, 600.0),
+            rec(2, 620.0),
+            rec(3, 610.0)
+        ),
     )
     .expect("log");
     let o = heshare(&["profiles", "update", "--config", c]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(
-        stdout(&o).contains("3 records, 3 runs taught, 1 profiles"),
+        stdout(&o).contains("4 records, 4 runs taught, 1 profiles"),
         "{}",
         stdout(&o)
     );
@@ -404,6 +419,14 @@ fn profiles_are_updated_listed_shown_and_forgotten() {
     ]);
     assert!(
         stdout(&o).contains("decides as: training job"),
+        "{}",
+        stdout(&o)
+    );
+    // The kill is no run (its runtime is only a lower bound), but the t4 is ruled out.
+    assert!(
+        stdout(&o).contains("(1 killed at the limit)")
+            && stdout(&o)
+                .contains("killed at its time limit on t4 with whole GPUs: not offered t4"),
         "{}",
         stdout(&o)
     );

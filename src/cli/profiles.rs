@@ -177,13 +177,18 @@ pub fn run(out: &mut impl Write, cmd: &ProfilesCommand) -> Result<()> {
                     |x: Option<f64>, unit: &str| x.map_or("-".into(), |x| format!("{x:.2}{unit}"));
                 writeln!(
                     out,
-                    "  {t:<10} {:>5} {:>5} {:>12} {:>12} {:>9} {:>7}",
+                    "  {t:<10} {:>5} {:>5} {:>12} {:>12} {:>9} {:>7}{}",
                     runs.runs,
                     runs.samples.len(),
                     show(v(&|s| Some(s.runtime_s), 0.5), " s"),
                     show(v(&|s| Some(s.runtime_s), 0.9), " s"),
                     show(v(&|s| s.dyn_frac, 0.5), ""),
                     show(v(&|s| s.busy, 0.5), ""),
+                    if runs.limit_kills.is_empty() {
+                        String::new()
+                    } else {
+                        format!("  ({} killed at the limit)", runs.limit_kills.len())
+                    },
                 )?;
             }
             let share = k.as_str().contains("mps%3A");
@@ -219,6 +224,18 @@ pub fn run(out: &mut impl Write, cmd: &ProfilesCommand) -> Result<()> {
                     )?;
                     for (t, s) in &c.measured_speed {
                         writeln!(out, "  measured on {t}: {s:.3}x the reference type's speed")?;
+                    }
+                    for (t, share) in &c.limit_kills {
+                        match share {
+                            Some(s) => writeln!(
+                                out,
+                                "  killed at its time limit on {t} with {s}%: there a GPU of its own at the default clock while its share would be no larger"
+                            )?,
+                            None => writeln!(
+                                out,
+                                "  killed at its time limit on {t} with whole GPUs: not offered {t}"
+                            )?,
+                        }
                     }
                 }
                 None => writeln!(
