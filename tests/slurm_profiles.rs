@@ -163,6 +163,9 @@ fn an_unlabelled_script_is_placed_by_its_learned_profile_and_a_false_label_is_se
         );
         assert_eq!(r["exit"], "0:0", "{r}");
     }
+    // The six jobs with `-t 10` carry their limit, so that a kill at it would teach.
+    let limited = jobs.iter().filter(|r| r["time_limit_s"] == 600.0).count();
+    assert!(limited >= 6, "{limited} records with the limit:\n{log}");
 
     // The timer's update files them, atomically; killed between write and rename, it leaves
     // the store it found.

@@ -633,13 +633,29 @@ fn submit(desc: *mut c_void, submit_uid: u32, err_msg: *mut *mut c_char) -> c_in
         })
         .into_iter()
         .collect();
+    let time_limit_s = (v.time_limit != no_val && v.time_limit != infinite && v.time_limit > 0)
+        .then(|| f64::from(v.time_limit) * 60.0);
+    // The node helper writes the limit into the job's record, so that a run killed at its limit
+    // teaches its profile (a profiled job's decision passes it already).
+    let limit_env = |already: &[String]| -> Vec<String> {
+        match time_limit_s {
+            Some(t)
+                if !keys_env.is_empty()
+                    && !already
+                        .iter()
+                        .any(|e| e.starts_with("HESHARE_TIME_LIMIT_S=")) =>
+            {
+                vec![format!("HESHARE_TIME_LIMIT_S={t:.0}")]
+            }
+            _ => Vec::new(),
+        }
+    };
     let sub = Submission {
         ask: ask.as_ref(),
         opts: &opts,
         user: &user_s,
         batch: v.batch != 0,
-        time_limit_s: (v.time_limit != no_val && v.time_limit != infinite && v.time_limit > 0)
-            .then(|| f64::from(v.time_limit) * 60.0),
+        time_limit_s,
         features: features.as_deref(),
         prefer: prefer.as_deref(),
         cpus: (v.min_cpus != no_val && v.min_cpus > 1).then_some(v.min_cpus),
@@ -662,6 +678,7 @@ fn submit(desc: *mut c_void, submit_uid: u32, err_msg: *mut *mut c_char) -> c_in
                     &merge_admin_comment(existing_comment.as_deref(), &note),
                 );
                 h.push_env(desc, &keys_env);
+                h.push_env(desc, &limit_env(&[]));
             }
             SLURM_SUCCESS
         }
@@ -687,6 +704,7 @@ fn submit(desc: *mut c_void, submit_uid: u32, err_msg: *mut *mut c_char) -> c_in
                 );
                 h.push_env(desc, &r.spank_env);
                 h.push_env(desc, &keys_env);
+                h.push_env(desc, &limit_env(&r.spank_env));
                 // heshare's priority goes into the site factor, which only the plugin sets at
                 // submission and only operators change later: the user's nice stays theirs.
                 let offset = i64::from(hs_nice_offset());
@@ -903,6 +921,7 @@ mod tests {
                     "HESHARE_BOUND=100",
                     "OTHER=1",
                     "HESHARE_PROFILE_KEY=alice:script",
+                    "HESHARE_TIME_LIMIT_S=1",
                 ];
                 let env = libc::calloc(entries.len() + 1, std::mem::size_of::<*mut c_char>())
                     .cast::<*mut c_char>();
@@ -932,7 +951,8 @@ mod tests {
                 assert!(
                     !after.iter().any(|e| e == "HESHARE_CLASS=vit-infer"
                         || e.starts_with("HESHARE_BOUND=100")
-                        || e.starts_with("HESHARE_PROFILE_KEY=")),
+                        || e.starts_with("HESHARE_PROFILE_KEY=")
+                        || e == "HESHARE_TIME_LIMIT_S=1"),
                     "{gres}: {after:?}"
                 );
                 if !gres.is_empty() {
