@@ -117,12 +117,30 @@ pub struct JobClass {
     /// `(type name, speed relative to the reference type)`: they replace `(K_g / K_ref)^a` on
     /// those types. Empty for the catalog's classes.
     pub measured_speed: Vec<(String, f64)>,
-    /// Types on which a recent run of this job (a profile's) was killed at its time limit, with
-    /// the largest MPS share such a run held there, `None` where one had whole GPUs: where a
-    /// share no smaller than its need now ran out of time, a neighbour slowed it more than the
-    /// model says and it gets only a whole GPU at the default clock; where even a whole GPU ran
-    /// out of time, not the type. Empty for the catalog's classes.
-    pub limit_kills: Vec<(String, Option<u8>)>,
+    /// Types on which a recent run of this job (a profile's) was killed at its time limit. Empty
+    /// for the catalog's classes.
+    pub limit_kills: Vec<KilledOn>,
+}
+
+/// Runs of a job killed at their time limit on one GPU type, as its profile sums them up: where
+/// a share no smaller than its need now ran out of time, a neighbour slowed it more than the
+/// model says and it gets only a whole GPU at the default clock there; where even a whole GPU
+/// ran out of time, not the type. Only for a job whose limit is no longer than theirs.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct KilledOn {
+    pub gpu_type: String,
+    /// The largest MPS share such a run held, `None` where one had whole GPUs.
+    pub share_pct: Option<u8>,
+    /// The longest limit such a run had, seconds (`None`: a record without one).
+    pub limit_s: Option<u32>,
+}
+
+impl KilledOn {
+    /// Whether these kills say anything of a job with time limit `limit_s`: a longer limit than
+    /// the one that ran out of time may be enough, a shorter or equal one is not.
+    pub fn applies(&self, limit_s: f64) -> bool {
+        self.limit_s.is_none_or(|k| limit_s <= f64::from(k) + 1.0)
+    }
 }
 
 impl JobClass {

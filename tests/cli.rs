@@ -425,8 +425,7 @@ fn profiles_are_updated_listed_shown_and_forgotten() {
     // The kill is no run (its runtime is only a lower bound), but the t4 is ruled out.
     assert!(
         stdout(&o).contains("(1 killed at the limit)")
-            && stdout(&o)
-                .contains("killed at its time limit on t4 with whole GPUs: not offered t4"),
+            && stdout(&o).contains("on t4 with whole GPUs (limits up to 600 s): not offered t4"),
         "{}",
         stdout(&o)
     );

@@ -225,15 +225,19 @@ pub fn run(out: &mut impl Write, cmd: &ProfilesCommand) -> Result<()> {
                     for (t, s) in &c.measured_speed {
                         writeln!(out, "  measured on {t}: {s:.3}x the reference type's speed")?;
                     }
-                    for (t, share) in &c.limit_kills {
-                        match share {
+                    for k in &c.limit_kills {
+                        let t = &k.gpu_type;
+                        let limit = k
+                            .limit_s
+                            .map_or(String::new(), |l| format!(" (limits up to {l} s)"));
+                        match k.share_pct {
                             Some(s) => writeln!(
                                 out,
-                                "  killed at its time limit on {t} with {s}%: there a GPU of its own at the default clock while its share would be no larger"
+                                "  killed at its time limit on {t} with {s}%{limit}: there a GPU of its own at the default clock while its share would be no larger"
                             )?,
                             None => writeln!(
                                 out,
-                                "  killed at its time limit on {t} with whole GPUs: not offered {t}"
+                                "  killed at its time limit on {t} with whole GPUs{limit}: not offered {t} to a job with no longer a limit"
                             )?,
                         }
                     }

@@ -495,19 +495,21 @@ pub fn limit_cap(class: &JobClass, gpu: &GpuType, slowest: &GpuType, reference: 
 /// the simulator and placement's candidates use it alike.
 pub fn keeps_default_clock(cfg: &Config, class: &JobClass, gpu: &GpuType, limit_s: f64) -> bool {
     let reference = &cfg.gpu_types[cfg.reference_gpu];
-    killed_sharing(cfg, class, gpu)
+    killed_sharing(cfg, class, gpu, limit_s)
         || (!class.measured_speed.iter().any(|(t, _)| *t == gpu.name)
             && limit_s / alone_runtime(class, gpu, reference).0.max(1e-9)
                 < 1.0 + cfg.policy.limit_headroom - 1e-9)
 }
 
-/// A recent run of the job was killed at its time limit on `gpu` holding a share no smaller than
-/// the one its profile now gives it there: not for want of a share (a share below its need, as
-/// its user asked, is sized anew from its runs), so a neighbour slowed it beyond the model.
-fn killed_sharing(cfg: &Config, class: &JobClass, gpu: &GpuType) -> bool {
-    class.limit_kills.iter().any(|(t, share)| {
-        *t == gpu.name
-            && share.is_some_and(|s| {
+/// A recent run of the job, with a limit no shorter than `limit_s`, was killed at its time limit
+/// on `gpu` holding a share no smaller than the one its profile now gives it there: not for want
+/// of a share (a share below its need, as its user asked, is sized anew from its runs), so a
+/// neighbour slowed it beyond the model.
+fn killed_sharing(cfg: &Config, class: &JobClass, gpu: &GpuType, limit_s: f64) -> bool {
+    class.limit_kills.iter().any(|k| {
+        k.gpu_type == gpu.name
+            && k.applies(limit_s)
+            && k.share_pct.is_some_and(|s| {
                 let reference = &cfg.gpu_types[cfg.reference_gpu];
                 full_speed_share(class, gpu, reference, cfg.policy.mps_share_step_pct).get() <= s
             })
@@ -760,12 +762,14 @@ fn evaluate(
             return;
         }
     }
-    // Its runs here ran out of time even with whole GPUs: not this type.
+    // Its runs here ran out of time even with whole GPUs, with a limit no shorter than its
+    // own: not this type. (A job without a limit is never killed at one.)
+    let limit = job.limit_s.unwrap_or(f64::INFINITY);
     if job
         .class
         .limit_kills
         .iter()
-        .any(|(t, share)| *t == gpu.name && share.is_none())
+        .any(|k| k.gpu_type == gpu.name && k.share_pct.is_none() && k.applies(limit))
     {
         rejections.add(&gpu.name, || {
             "a recent run here was killed at its time limit with a GPU of its own".into()
@@ -776,7 +780,7 @@ fn evaluate(
     // measured it), or a run here killed at its limit beside a neighbour: a GPU of its own. A
     // neighbour's contention varies several-fold from pair to pair (Gavel's measured pairs),
     // beyond what the sharing model predicts for the job.
-    let killed_here = killed_sharing(cfg, job.class, gpu);
+    let killed_here = killed_sharing(cfg, job.class, gpu, limit);
     let default_clock = sizing
         .absolute
         .is_some_and(|l| keeps_default_clock(cfg, job.class, gpu, l));
@@ -1301,6 +1305,7 @@ impl UserIds {
 mod tests {
     use super::*;
     use crate::cli::BUNDLED_CONFIG;
+    use crate::model::KilledOn;
     use std::path::Path;
 
     fn cfg() -> Config {
@@ -1463,12 +1468,20 @@ mod tests {
         let cfg = cfg();
         let v100 = cfg.gpu_type("v100m16").expect("v100m16");
         let catalog = cfg.class("vit-infer").expect("vit-infer").clone();
-        let learned = |kills: Vec<(String, Option<u8>)>| JobClass {
+        let learned = |kills: Vec<KilledOn>| JobClass {
             measured_speed: vec![("v100m16".into(), 1.0)],
             limit_kills: kills,
             ..catalog.clone()
         };
         let runtime = alone_runtime(&learned(vec![]), &cfg.gpu_types[v100], &cfg.gpu_types[v100]).0;
+        // Killed with the same limit as the job's (below: five times its runtime).
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        let same_limit = (5.0 * runtime).ceil() as u32;
+        let kill = |t: &str, share: Option<u8>| KilledOn {
+            gpu_type: t.into(),
+            share_pct: share,
+            limit_s: Some(same_limit),
+        };
         let neighbour = PlacedJob {
             class: cfg
                 .classes
@@ -1503,12 +1516,8 @@ mod tests {
             cfg.policy.mps_share_step_pct,
         )
         .get();
-        let shared_kill = place(
-            &cfg,
-            &v,
-            &req(learned(vec![("v100m16".into(), Some(full))])),
-        )
-        .expect("placed");
+        let shared_kill =
+            place(&cfg, &v, &req(learned(vec![kill("v100m16", Some(full))]))).expect("placed");
         assert!(!shared_kill.candidates.is_empty());
         for c in &shared_kill.candidates {
             assert!(c.exclusive && c.co_located_jobs == 0, "{c:?}");
@@ -1518,17 +1527,26 @@ mod tests {
         let starved = place(
             &cfg,
             &v,
-            &req(learned(vec![("v100m16".into(), Some(full - 10))])),
+            &req(learned(vec![kill("v100m16", Some(full - 10))])),
         )
         .expect("placed");
         assert!(starved.candidates.iter().any(|c| !c.exclusive));
+        // Killed with half the limit this job has: the longer limit may be enough, it may share
+        // and the type stays offered even after a whole-GPU kill.
+        let shorter = |share: Option<u8>| KilledOn {
+            limit_s: Some(same_limit / 2),
+            ..kill("v100m16", share)
+        };
+        let longer = place(&cfg, &v, &req(learned(vec![shorter(Some(full))]))).expect("placed");
+        assert!(longer.candidates.iter().any(|c| !c.exclusive));
+        assert!(place(&cfg, &v, &req(learned(vec![shorter(None)]))).is_ok());
         // A kill on another type says nothing here.
         let elsewhere =
-            place(&cfg, &v, &req(learned(vec![("a100".into(), Some(100))]))).expect("placed");
+            place(&cfg, &v, &req(learned(vec![kill("a100", Some(100))]))).expect("placed");
         assert!(elsewhere.candidates.iter().any(|c| !c.exclusive));
         // Killed with the GPU to itself: no v100m16, and the error says why.
-        let err = place(&cfg, &v, &req(learned(vec![("v100m16".into(), None)])))
-            .expect_err("no type left");
+        let err =
+            place(&cfg, &v, &req(learned(vec![kill("v100m16", None)]))).expect_err("no type left");
         assert!(
             err.to_string()
                 .contains("killed at its time limit with a GPU of its own"),

@@ -24,7 +24,7 @@
 use super::key::{Level, ProfileKey};
 use super::learn::{Book, Profile, Sample, recency_weight, weighted_quantile};
 use crate::config::Config;
-use crate::model::{GpuType, JobClass, JobKind};
+use crate::model::{GpuType, JobClass, JobKind, KilledOn};
 
 /// How profiles are turned into decisions (`[profiles]` in heshare.toml).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -192,13 +192,9 @@ fn power_ratio(
 }
 
 /// The types on which a run was killed at its time limit within the last half-life, with the
-/// largest share such a run held there (`None`: one had whole GPUs, and even they did not do).
-fn limit_kills(
-    cfg: &Config,
-    profile: &Profile,
-    now_s: f64,
-    half_life_s: f64,
-) -> Vec<(String, Option<u8>)> {
+/// largest share such a run held there (`None`: one had whole GPUs, and even they did not do)
+/// and the longest limit one had.
+fn limit_kills(cfg: &Config, profile: &Profile, now_s: f64, half_life_s: f64) -> Vec<KilledOn> {
     profile
         .types
         .iter()
@@ -215,7 +211,23 @@ fn limit_kills(
                 } else {
                     recent.iter().filter_map(|k| k.share_pct).max()
                 };
-                (name.clone(), share)
+                // A record without a limit could not have been told from a cancel: every kill
+                // filed has one; `None` stands for one that did not read.
+                let limit_s = recent
+                    .iter()
+                    .map(|k| k.limit_s.filter(|l| l.is_finite() && *l > 0.0))
+                    .try_fold(0.0f64, |m, l| l.map(|l| m.max(l)))
+                    // Positive and clamped to u32's range just above.
+                    .map(|l| {
+                        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+                        let secs = l.min(f64::from(u32::MAX)).round() as u32;
+                        secs
+                    });
+                KilledOn {
+                    gpu_type: name.clone(),
+                    share_pct: share,
+                    limit_s,
+                }
             })
         })
         .collect()
@@ -779,7 +791,18 @@ mod tests {
         let l = learned(&cfg, &b, None).expect("profile");
         assert_eq!(
             l.class.limit_kills,
-            vec![("a10".to_owned(), Some(35)), ("t4".to_owned(), None)]
+            vec![
+                KilledOn {
+                    gpu_type: "a10".to_owned(),
+                    share_pct: Some(35),
+                    limit_s: Some(3600),
+                },
+                KilledOn {
+                    gpu_type: "t4".to_owned(),
+                    share_pct: None,
+                    limit_s: Some(3600),
+                }
+            ]
         );
         // Types with kills only measured nothing.
         assert_eq!(l.measured, vec!["v100m16".to_owned()]);

@@ -115,6 +115,9 @@ pub struct LimitKill {
     pub share_pct: Option<u8>,
     /// Whether it shared its GPUs with another job while it ran.
     pub alone: bool,
+    /// Its time limit, seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit_s: Option<f64>,
 }
 
 /// The runs of one key on one GPU type.
@@ -209,6 +212,7 @@ impl Book {
                         end_s: s.end_s,
                         share_pct: s.share_pct,
                         alone: s.alone,
+                        limit_s: obs.time_limit_s,
                     },
                 );
                 if t.limit_kills.len() > limits.max_samples.max(1) {
@@ -377,6 +381,7 @@ mod tests {
                     end_s: 10.0,
                     share_pct: Some(30),
                     alone: false,
+                    limit_s: Some(3600.0),
                 }]
             );
         }

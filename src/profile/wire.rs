@@ -1,13 +1,13 @@
 //! A learned class as one SPANK environment value (`HESHARE_PROFILE`), so that the node helper
 //! clocks a profiled job with the numbers the plugin placed it with, without reading the store.
 //!
-//! `v1;k=training;t=3600;a=0.5;c=0.3;kn=0;u=0.6;mi=1;m=8;d=1;s=a100:2.1/t4:0.42;lk=a10:35`
+//! `v1;k=training;t=3600;a=0.5;c=0.3;kn=0;u=0.6;mi=1;m=8;d=1;s=a100:2.1/t4:0.42;lk=a10:35:3600`
 //! (`lk`: types where its runs were killed at their time limit, with the largest share held
-//! there, `w` for whole GPUs). Only
+//! there, `w` for whole GPUs, and the longest limit in seconds). Only
 //! `job_submit` writes it (it removes any such entry a submission brings), and the helper checks
 //! every number's range before use: a value that does not read is ignored, never trusted.
 
-use crate::model::{JobClass, JobKind};
+use crate::model::{JobClass, JobKind, KilledOn};
 
 /// Encodes `class` for `HESHARE_PROFILE`.
 pub fn encode(class: &JobClass) -> String {
@@ -19,9 +19,12 @@ pub fn encode(class: &JobClass) -> String {
     let kills: Vec<String> = class
         .limit_kills
         .iter()
-        .map(|(t, share)| match share {
-            Some(s) => format!("{t}:{s}"),
-            None => format!("{t}:w"),
+        .map(|k| {
+            let share = k.share_pct.map_or("w".to_owned(), |s| s.to_string());
+            match k.limit_s {
+                Some(l) => format!("{}:{share}:{l}", k.gpu_type),
+                None => format!("{}:{share}", k.gpu_type),
+            }
         })
         .collect();
     format!(
@@ -100,15 +103,24 @@ pub fn decode(s: &str, name: &str) -> Option<JobClass> {
             }
             "lk" => {
                 for e in v.split('/').filter(|e| !e.is_empty()) {
-                    let (t, m) = e.split_once(':')?;
-                    if t.is_empty() || t.len() > 64 {
+                    let mut f = e.split(':');
+                    let (t, m, l) = (f.next()?, f.next()?, f.next());
+                    if t.is_empty() || t.len() > 64 || f.next().is_some() {
                         return None;
                     }
                     let share = match m {
                         "w" => None,
                         _ => Some(m.parse::<u8>().ok().filter(|p| (1..=100).contains(p))?),
                     };
-                    c.limit_kills.push((t.to_owned(), share));
+                    let limit_s = match l {
+                        Some(l) => Some(l.parse::<u32>().ok().filter(|l| *l > 0)?),
+                        None => None,
+                    };
+                    c.limit_kills.push(KilledOn {
+                        gpu_type: t.to_owned(),
+                        share_pct: share,
+                        limit_s,
+                    });
                 }
             }
             _ => {}
@@ -142,7 +154,18 @@ mod tests {
         for class in &cfg.classes {
             let mut c = class.clone();
             c.measured_speed = vec![("a100".into(), 2.5), ("t4".into(), 0.41)];
-            c.limit_kills = vec![("a10".into(), Some(35)), ("t4".into(), None)];
+            c.limit_kills = vec![
+                KilledOn {
+                    gpu_type: "a10".into(),
+                    share_pct: Some(35),
+                    limit_s: Some(3600),
+                },
+                KilledOn {
+                    gpu_type: "t4".into(),
+                    share_pct: None,
+                    limit_s: None,
+                },
+            ];
             let back = decode(&encode(&c), &c.name).expect("reads");
             assert_eq!(back.kind, c.kind);
             assert_eq!(back.measured_speed, c.measured_speed);
