@@ -1313,6 +1313,27 @@ mod tests {
     }
 
     /// One idle GPU of each named type, each on an 8-GPU node of its own in `power`.
+    /// Two awake v100m16s: one with another user's vit-infer at 20%, one idle on its own node.
+    fn busy_and_idle_v100s(cfg: &Config) -> ClusterView {
+        let neighbour = PlacedJob {
+            class: cfg
+                .classes
+                .iter()
+                .position(|c| c.name == "vit-infer")
+                .expect("vit-infer"),
+            share: SharePct::new(20).expect("share"),
+            user: "other".into(),
+            exclusive: false,
+        };
+        let mut v = view(
+            cfg,
+            &[("v100m16", SlotPower::Up), ("v100m16", SlotPower::Up)],
+        );
+        v.gpus[0].jobs.push(neighbour);
+        v.gpus[1].node = "n-idle".into();
+        v
+    }
+
     fn view(cfg: &Config, types: &[(&str, SlotPower)]) -> ClusterView {
         ClusterView {
             gpus: types
@@ -1402,22 +1423,7 @@ mod tests {
             ..catalog.clone()
         };
         let runtime = alone_runtime(&learned, &cfg.gpu_types[v100], &cfg.gpu_types[v100]).0;
-        let neighbour = PlacedJob {
-            class: cfg
-                .classes
-                .iter()
-                .position(|c| c.name == "vit-infer")
-                .expect("vit-infer"),
-            share: SharePct::new(20).expect("share"),
-            user: "other".into(),
-            exclusive: false,
-        };
-        let mut v = view(
-            &cfg,
-            &[("v100m16", SlotPower::Up), ("v100m16", SlotPower::Up)],
-        );
-        v.gpus[0].jobs.push(neighbour);
-        v.gpus[1].node = "n-idle".into();
+        let v = busy_and_idle_v100s(&cfg);
         let req = |limit: f64| JobRequest {
             time_limit_s: Some(limit),
             share: ShareRequest::Auto,
@@ -1482,22 +1488,7 @@ mod tests {
             share_pct: share,
             limit_s: Some(same_limit),
         };
-        let neighbour = PlacedJob {
-            class: cfg
-                .classes
-                .iter()
-                .position(|c| c.name == "vit-infer")
-                .expect("vit-infer"),
-            share: SharePct::new(20).expect("share"),
-            user: "other".into(),
-            exclusive: false,
-        };
-        let mut v = view(
-            &cfg,
-            &[("v100m16", SlotPower::Up), ("v100m16", SlotPower::Up)],
-        );
-        v.gpus[0].jobs.push(neighbour);
-        v.gpus[1].node = "n-idle".into();
+        let v = busy_and_idle_v100s(&cfg);
         let req = |class: JobClass| JobRequest {
             time_limit_s: Some(5.0 * runtime),
             share: ShareRequest::Auto,

@@ -587,29 +587,35 @@ mod tests {
         ProfileKey::parse("script:1000:0123456789abcdef").expect("key")
     }
 
-    /// Files the `i`th run, `sample`, of uid 1000's script on `gpu`.
-    fn file(b: &mut Book, gpu: &str, i: usize, sample: Sample) {
+    /// Files one run of uid 1000's script on `gpu`, ended as `outcome`, with its time limit.
+    fn observe(b: &mut Book, gpu: &str, outcome: Outcome, limit: Option<f64>, sample: Sample) {
         b.learn(
             &Observation {
                 keys: vec![key()],
                 uid: 1000,
                 account: "physics".into(),
                 gpu_type: gpu.into(),
-                outcome: Outcome::Completed,
+                outcome,
                 energy_valid: true,
-                time_limit_s: None,
-                sample: Sample {
-                    id: format!("n:{i}:0"),
-                    #[allow(clippy::cast_precision_loss)]
-                    end_s: 1000.0 + i as f64,
-                    ..sample
-                },
+                time_limit_s: limit,
+                sample,
             },
             LearnLimits {
                 min_runtime_s: 1.0,
                 max_samples: 32,
             },
         );
+    }
+
+    /// Files the `i`th run, `sample`, of uid 1000's script on `gpu`.
+    fn file(b: &mut Book, gpu: &str, i: usize, sample: Sample) {
+        let sample = Sample {
+            id: format!("n:{i}:0"),
+            #[allow(clippy::cast_precision_loss)]
+            end_s: 1000.0 + i as f64,
+            ..sample
+        };
+        observe(b, gpu, Outcome::Completed, None, sample);
     }
 
     /// Files whole-GPU runs of `runtime` seconds at dynamic power `dyn_frac` on `gpu`.
@@ -734,41 +740,27 @@ mod tests {
         assert_eq!(ask(None, false).map(|l| l.level), Some(Level::Request));
     }
 
-    /// Kills at the time limit within the last half-life name their types in the learned class:
-    /// `false` where the run shared its GPU, `true` where it had it to itself; older kills and
-    /// kills on types the catalog dropped are forgotten.
+    /// Kills at the time limit within the last half-life name their types in the learned class,
+    /// with the largest share killed there (`None` where one had whole GPUs) and the longest
+    /// limit; older kills and kills on types the catalog dropped are forgotten.
     #[test]
     fn recent_kills_at_the_limit_name_their_types() {
         let cfg = cfg();
         let mut b = book(&[("v100m16", 4000.0, 0.7, 1.0), ("v100m16", 4200.0, 0.7, 1.0)]);
         let kill = |b: &mut Book, gpu: &str, id: &str, end_s: f64, share: Option<u8>| {
-            b.learn(
-                &Observation {
-                    keys: vec![key()],
-                    uid: 1000,
-                    account: "physics".into(),
-                    gpu_type: gpu.into(),
-                    outcome: Outcome::Killed,
-                    energy_valid: true,
-                    time_limit_s: Some(3600.0),
-                    sample: Sample {
-                        id: id.into(),
-                        end_s,
-                        runtime_s: 3600.0,
-                        share_pct: share,
-                        gpus: 1,
-                        stretch: 1.0,
-                        dyn_frac: None,
-                        busy: None,
-                        memory_gib: None,
-                        alone: share.is_none(),
-                    },
-                },
-                LearnLimits {
-                    min_runtime_s: 1.0,
-                    max_samples: 32,
-                },
-            )
+            let sample = Sample {
+                id: id.into(),
+                end_s,
+                runtime_s: 3600.0,
+                share_pct: share,
+                gpus: 1,
+                stretch: 1.0,
+                dyn_frac: None,
+                busy: None,
+                memory_gib: None,
+                alone: share.is_none(),
+            };
+            observe(b, gpu, Outcome::Killed, Some(3600.0), sample);
         };
         assert!(
             learned(&cfg, &b, None)

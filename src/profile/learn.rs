@@ -113,8 +113,6 @@ pub struct LimitKill {
     pub end_s: f64,
     /// The MPS share it held (percent), `None` for whole GPUs.
     pub share_pct: Option<u8>,
-    /// Whether it shared its GPUs with another job while it ran.
-    pub alone: bool,
     /// Its time limit, seconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit_s: Option<f64>,
@@ -200,42 +198,27 @@ impl Book {
             }
             let p = self.profiles.entry(key.as_str().to_owned()).or_default();
             let t = p.types.entry(obs.gpu_type.clone()).or_default();
-            if hit_limit {
-                if t.limit_kills.iter().any(|x| x.id == s.id) {
-                    continue;
-                }
-                let at = t.limit_kills.partition_point(|x| x.end_s <= s.end_s);
-                t.limit_kills.insert(
-                    at,
-                    LimitKill {
-                        id: s.id.clone(),
-                        end_s: s.end_s,
-                        share_pct: s.share_pct,
-                        alone: s.alone,
-                        limit_s: obs.time_limit_s,
-                    },
-                );
-                if t.limit_kills.len() > limits.max_samples.max(1) {
-                    let extra = t.limit_kills.len() - limits.max_samples.max(1);
-                    t.limit_kills.drain(..extra);
-                }
+            let new = if hit_limit {
+                let kill = LimitKill {
+                    id: s.id.clone(),
+                    end_s: s.end_s,
+                    share_pct: s.share_pct,
+                    limit_s: obs.time_limit_s,
+                };
+                file_newest(&mut t.limit_kills, kill, limits.max_samples, |k| {
+                    (&k.id, k.end_s)
+                })
+            } else {
+                let new = file_newest(&mut t.samples, s.clone(), limits.max_samples, |x| {
+                    (&x.id, x.end_s)
+                });
+                t.runs += u64::from(new);
+                new
+            };
+            if new {
                 p.last_s = p.last_s.max(s.end_s);
                 filed.taught += 1;
-                continue;
             }
-            if t.samples.iter().any(|x| x.id == s.id) {
-                continue;
-            }
-            // In end order, so the newest are kept when the oldest go.
-            let at = t.samples.partition_point(|x| x.end_s <= s.end_s);
-            t.samples.insert(at, s.clone());
-            if t.samples.len() > limits.max_samples.max(1) {
-                let extra = t.samples.len() - limits.max_samples.max(1);
-                t.samples.drain(..extra);
-            }
-            t.runs += 1;
-            p.last_s = p.last_s.max(s.end_s);
-            filed.taught += 1;
         }
         filed
     }
@@ -248,6 +231,27 @@ impl Book {
     pub fn forget(&mut self, key: &str) -> bool {
         self.profiles.remove(key).is_some()
     }
+}
+
+/// Files `item` in `list` in end order, once per record id, keeping the newest `max` (the oldest
+/// go first); whether it was new. `id_end` reads an entry's record id and end time.
+fn file_newest<T>(
+    list: &mut Vec<T>,
+    item: T,
+    max: usize,
+    id_end: impl Fn(&T) -> (&String, f64),
+) -> bool {
+    let (id, end) = id_end(&item);
+    if list.iter().any(|x| id_end(x).0 == id) {
+        return false;
+    }
+    let at = list.partition_point(|x| id_end(x).1 <= end);
+    list.insert(at, item);
+    if list.len() > max.max(1) {
+        let extra = list.len() - max.max(1);
+        list.drain(..extra);
+    }
+    true
 }
 
 /// The `q` quantile of `values` weighted by `weights` (the smallest value whose cumulative
@@ -353,7 +357,7 @@ mod tests {
     }
 
     /// A run killed at its time limit is no runtime sample (its runtime is only a lower bound)
-    /// but is remembered as a kill on its type, with its share and whether it was alone; one
+    /// but is remembered as a kill on its type, with its share and its limit; one
     /// killed by a signal well before its limit (scancel) teaches nothing.
     #[test]
     fn a_run_killed_at_its_limit_is_filed_as_a_kill_not_a_sample() {
@@ -380,7 +384,6 @@ mod tests {
                     id: "n:1:1".into(),
                     end_s: 10.0,
                     share_pct: Some(30),
-                    alone: false,
                     limit_s: Some(3600.0),
                 }]
             );
