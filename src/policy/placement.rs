@@ -1312,7 +1312,6 @@ mod tests {
         Config::parse(BUNDLED_CONFIG, Path::new("h.toml")).expect("valid")
     }
 
-    /// One idle GPU of each named type, each on an 8-GPU node of its own in `power`.
     /// Two awake v100m16s: one with another user's vit-infer at 20%, one idle on its own node.
     fn busy_and_idle_v100s(cfg: &Config) -> ClusterView {
         let neighbour = PlacedJob {
@@ -1334,6 +1333,7 @@ mod tests {
         v
     }
 
+    /// One idle GPU of each named type, each on an 8-GPU node of its own in `power`.
     fn view(cfg: &Config, types: &[(&str, SlotPower)]) -> ClusterView {
         ClusterView {
             gpus: types
