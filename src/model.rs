@@ -144,6 +144,18 @@ impl KilledOn {
 }
 
 impl JobClass {
+    /// Its kills at the time limit on GPU type `gpu` that say something of a job with limit
+    /// `limit_s` (see [`KilledOn::applies`]).
+    pub fn kills_on<'a>(
+        &'a self,
+        gpu: &'a str,
+        limit_s: f64,
+    ) -> impl Iterator<Item = &'a KilledOn> + 'a {
+        self.limit_kills
+            .iter()
+            .filter(move |k| k.gpu_type == gpu && k.applies(limit_s))
+    }
+
     /// A hash of everything that shapes a prediction (and the name, which errors carry): equal
     /// for two classes that predict alike. Stable within a process only.
     pub fn fingerprint(&self) -> u64 {

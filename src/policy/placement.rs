@@ -506,13 +506,11 @@ pub fn keeps_default_clock(cfg: &Config, class: &JobClass, gpu: &GpuType, limit_
 /// of a share (a share below its need, as its user asked, is sized anew from its runs), so a
 /// neighbour slowed it beyond the model.
 fn killed_sharing(cfg: &Config, class: &JobClass, gpu: &GpuType, limit_s: f64) -> bool {
-    class.limit_kills.iter().any(|k| {
-        k.gpu_type == gpu.name
-            && k.applies(limit_s)
-            && k.share_pct.is_some_and(|s| {
-                let reference = &cfg.gpu_types[cfg.reference_gpu];
-                full_speed_share(class, gpu, reference, cfg.policy.mps_share_step_pct).get() <= s
-            })
+    class.kills_on(&gpu.name, limit_s).any(|k| {
+        k.share_pct.is_some_and(|s| {
+            let reference = &cfg.gpu_types[cfg.reference_gpu];
+            full_speed_share(class, gpu, reference, cfg.policy.mps_share_step_pct).get() <= s
+        })
     })
 }
 
@@ -767,9 +765,8 @@ fn evaluate(
     let limit = job.limit_s.unwrap_or(f64::INFINITY);
     if job
         .class
-        .limit_kills
-        .iter()
-        .any(|k| k.gpu_type == gpu.name && k.share_pct.is_none() && k.applies(limit))
+        .kills_on(&gpu.name, limit)
+        .any(|k| k.share_pct.is_none())
     {
         rejections.add(&gpu.name, || {
             "a recent run here was killed at its time limit with a GPU of its own".into()
