@@ -1028,6 +1028,13 @@ pub fn revisit(
     let Verdict::Rewrite(mut r) = decide_with(cfg, site, live, &sub, ctx) else {
         return None;
     };
+    // Slurm changes a pending job's features, not its GRES: a decision that holds only with
+    // another share (a whole GPU where its time limit leaves no room to share, say) cannot be
+    // carried out, and following its types would start the job with the old share where the
+    // new decision said it must not run shared. It keeps the decision it has.
+    if r.mps_pct != job.mps_pct || r.gpus != job.gpus {
+        return None;
+    }
     let moved = job.movable && r.features.is_some() && {
         let mut a = r.offered.clone();
         let mut b = job.offered.clone();
@@ -1057,7 +1064,9 @@ pub fn revisit(
 mod tests {
     use super::*;
     use crate::cli::BUNDLED_CONFIG;
+    use crate::model::{JobClass, KilledOn};
     use crate::policy::PlacedJob;
+    use crate::profile::{Level, ProfileKey};
     use crate::slurm::snapshot::{Holding, NodeInfo};
     use std::path::Path;
 
@@ -1856,6 +1865,86 @@ mod tests {
         assert_eq!(revisit(&cfg, &site, live, &moved, &mut ctx), None);
         // Without a fresh snapshot nothing moves.
         assert_eq!(revisit(&cfg, &site, Live::NONE, &job, &mut ctx), None);
+    }
+
+    /// Slurm moves a pending job by its features only: where the new view's decision needs
+    /// another share (a whole GPU, its runs killed beside neighbours on the types it would move
+    /// to), the job is left as it is, not started there with the share it holds.
+    #[test]
+    fn a_pending_share_is_not_moved_where_its_share_no_longer_holds() {
+        let cfg = cfg();
+        let site = local_site(&cfg);
+        let nodes = local_nodes(&cfg);
+        let a100 = cfg.gpu_type("a100").expect("a100");
+        // The a100s it waits for are held for two days.
+        let held = Snapshot::build(
+            &cfg,
+            0.0,
+            &nodes,
+            &[
+                hold("ha100", 0, "2000", 172_800.0),
+                hold("ha100", 1, "2000", 172_800.0),
+            ],
+            &[],
+        );
+        let live = Live {
+            snapshot: Some(&held),
+            now_s: 0.0,
+            max_age_s: 60.0,
+        };
+        let catalog = cfg.class("vit-infer").expect("vit-infer").clone();
+        let learned = |kills: Vec<KilledOn>| Learned {
+            key: ProfileKey::parse("script:1000:0123456789abcdef").expect("a key"),
+            level: Level::Script,
+            runs: 8,
+            class: JobClass {
+                measured_speed: cfg
+                    .gpu_types
+                    .iter()
+                    .map(|g| (g.name.clone(), 1.0))
+                    .collect(),
+                limit_kills: kills,
+                ..catalog.clone()
+            },
+            measured: cfg.gpu_types.iter().map(|g| g.name.clone()).collect(),
+            overruled: None,
+        };
+        let job = |kills: Vec<KilledOn>| PendingJob {
+            class: "inference".into(),
+            user: "1000".into(),
+            gpus: 1,
+            mps_pct: Some(50),
+            energy_policy: None,
+            time_limit_s: Some(36_000.0),
+            cpus: None,
+            memory_mib: None,
+            offered: vec![a100],
+            form: TresForm::Colon,
+            movable: true,
+            asked: Some(ShareRequest::Pct(SharePct::new(50).expect("50"))),
+            demand_pct: None,
+            site_factor: Some(0),
+            learned: Some(learned(kills)),
+        };
+        let mut ctx = PlaceContext::default();
+        // Nothing against sharing elsewhere: moved, with the share it holds.
+        let r = revisit(&cfg, &site, live, &job(vec![]), &mut ctx).expect("moved");
+        assert!(r.moved, "{r:?}");
+        assert_eq!(r.rewrite.mps_pct, Some(50), "{r:?}");
+        assert_ne!(r.rewrite.offered.first(), Some(&a100), "{r:?}");
+        // Its runs were killed at this limit beside neighbours on every other type with a full
+        // share: there the decision is a whole GPU, which its GRES cannot become. Not moved.
+        let kills = cfg
+            .gpu_types
+            .iter()
+            .filter(|g| g.name != "a100")
+            .map(|g| KilledOn {
+                gpu_type: g.name.clone(),
+                share_pct: Some(100),
+                limit_s: Some(36_000),
+            })
+            .collect();
+        assert_eq!(revisit(&cfg, &site, live, &job(kills), &mut ctx), None);
     }
 
     /// A pending job's site factor follows what its offer costs on the current view against
