@@ -1417,6 +1417,20 @@ mod tests {
         }
     }
 
+    /// The local cluster with both a100s held by another user's jobs for two days.
+    fn a100s_held_two_days(cfg: &Config, nodes: &[NodeInfo]) -> Snapshot {
+        Snapshot::build(
+            cfg,
+            0.0,
+            nodes,
+            &[
+                hold("ha100", 0, "2000", 172_800.0),
+                hold("ha100", 1, "2000", 172_800.0),
+            ],
+            &[],
+        )
+    }
+
     fn local_site(cfg: &Config) -> Site {
         with_features(site(cfg, &["a100", "v100m16"]))
             .tap(|s| s.present.push((cfg.gpu_type("t4").expect("t4"), 4)))
@@ -1820,16 +1834,7 @@ mod tests {
         let nodes = local_nodes(&cfg);
         let a100 = cfg.gpu_type("a100").expect("a100");
         // Pending for the a100s, which are held for two days.
-        let held = Snapshot::build(
-            &cfg,
-            0.0,
-            &nodes,
-            &[
-                hold("ha100", 0, "2000", 172_800.0),
-                hold("ha100", 1, "2000", 172_800.0),
-            ],
-            &[],
-        );
+        let held = a100s_held_two_days(&cfg, &nodes);
         let live = Live {
             snapshot: Some(&held),
             now_s: 0.0,
@@ -1877,16 +1882,7 @@ mod tests {
         let nodes = local_nodes(&cfg);
         let a100 = cfg.gpu_type("a100").expect("a100");
         // The a100s it waits for are held for two days.
-        let held = Snapshot::build(
-            &cfg,
-            0.0,
-            &nodes,
-            &[
-                hold("ha100", 0, "2000", 172_800.0),
-                hold("ha100", 1, "2000", 172_800.0),
-            ],
-            &[],
-        );
+        let held = a100s_held_two_days(&cfg, &nodes);
         let live = Live {
             snapshot: Some(&held),
             now_s: 0.0,
