@@ -111,6 +111,12 @@ pub struct PolicyKnobs {
     /// varies several-fold from pair to pair, can push it past its limit.
     #[serde(default = "default_limit_headroom")]
     pub limit_headroom: f64,
+    /// The energy weight placement uses while the GPUs a job may use stand idle beyond the
+    /// demand waiting for them (falling to `energy_weight` as that spare goes): an idle GPU
+    /// costs no one a wait, so the energy its choice saves is not paid for in queueing. Absent:
+    /// `energy_weight` always. The node helper's clock keeps `energy_weight`.
+    #[serde(default)]
+    pub spare_energy_weight: Option<f64>,
 }
 
 fn default_limit_headroom() -> f64 {
@@ -658,6 +664,14 @@ fn validate(raw: RawConfig, errs: &mut Problems) -> Config {
             p.energy_weight
         ),
     );
+    if let Some(w) = p.spare_energy_weight {
+        check(
+            errs,
+            finite_in(w, 0.0, 1.0),
+            "policy.spare_energy_weight",
+            format!("{w} is outside 0..=1 (0 = fastest, 1 = least energy)"),
+        );
+    }
     check(
         errs,
         finite_in(p.slowdown_bound, 1.0, 100.0),
@@ -1724,6 +1738,19 @@ memory_gib = 8
         );
         let cfg = parse(&ok).expect("valid");
         assert!((cfg.policy.limit_headroom - 2.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_spare_energy_weight_out_of_range_is_refused_by_name() {
+        let bad = SMALL.replace(
+            "energy_weight = 0.5",
+            "energy_weight = 0.5\nspare_energy_weight = 1.2",
+        );
+        let errs = parse(&bad).expect_err("must fail");
+        assert_eq!(errs[0].field, "policy.spare_energy_weight", "{}", errs[0]);
+        assert_eq!(errs[0].line, Some(4), "{}", errs[0]);
+        let cfg = parse(SMALL).expect("valid");
+        assert_eq!(cfg.policy.spare_energy_weight, None);
     }
 
     #[test]

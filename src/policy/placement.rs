@@ -423,6 +423,7 @@ pub fn place_slots(
 }
 
 /// A validated request with what every stage needs of it.
+#[derive(Clone)]
 struct Job<'a> {
     req: &'a JobRequest,
     class: &'a JobClass,
@@ -628,6 +629,10 @@ fn plan_for(
     queues: &[TypeQueue],
     ctx: &mut PlaceContext,
 ) -> Result<Plan, PlacementError> {
+    let job = &Job {
+        weight: placement_weight(cfg, job, queues),
+        ..job.clone()
+    };
     let mut rejections = Rejections::default();
     let groups = filter_stage(cfg, job, view, &mut rejections);
     let type_level = view.iter().all(|g| g.node.is_empty());
@@ -718,6 +723,38 @@ fn plan_for(
         decision,
         candidates: raw,
     })
+}
+
+/// At or above this fraction of a job's usable GPUs idle beyond the demand waiting for them,
+/// placement weighs energy at `spare_energy_weight`; below it the weight slides linearly down to
+/// `energy_weight`, reached when nothing is spare. A fifth: a few idle GPUs of a busy cluster
+/// are gone by the time the job would start, and a backlog soon follows.
+const FULLY_SPARE: f64 = 0.2;
+
+/// The energy weight of the score for this job on this view: the cluster's `energy_weight`, or
+/// more (`spare_energy_weight`) while the types the job may use have GPUs to spare. There the
+/// time a frugal choice costs is its runtime alone, and what it saves (a host that can sleep, a
+/// node not woken, a GPU's idle draw) the meter sees. A job that asked for performance or for
+/// energy keeps its own weight; without queues (no live view) nothing is known to be spare.
+fn placement_weight(cfg: &Config, job: &Job<'_>, queues: &[TypeQueue]) -> f64 {
+    let Some(spare_w) = cfg.policy.spare_energy_weight else {
+        return job.weight;
+    };
+    if !matches!(job.req.energy_policy, None | Some(EnergyPolicy::Balanced)) || queues.is_empty() {
+        return job.weight;
+    }
+    let (mut spare, mut total) = (0.0, 0.0);
+    for (t, q) in queues.iter().enumerate().take(cfg.gpu_types.len()) {
+        if job.allowed[t] {
+            spare += (f64::from(q.idle_gpus) - q.pending_gpus).max(0.0);
+            total += f64::from(q.total_gpus);
+        }
+    }
+    if total <= 0.0 {
+        return job.weight;
+    }
+    let f = (spare / total / FULLY_SPARE).clamp(0.0, 1.0);
+    job.weight + (spare_w - job.weight) * f
 }
 
 /// Stage 2 for one group of identical GPUs (or a full type, `jobs` empty and `wait_s` its
@@ -1350,6 +1387,79 @@ mod tests {
 
     fn candidate<'p>(plan: &'p Plan, t: &str) -> Option<&'p Candidate> {
         plan.candidates.iter().find(|c| c.gpu_type == t)
+    }
+
+    /// `spare_energy_weight`: placement weighs energy at it while the job's types have GPUs
+    /// idle beyond the demand waiting, and at `energy_weight` once that spare is gone; a job
+    /// that asked for performance keeps its own weight, and a view without queues knows nothing
+    /// spare.
+    #[test]
+    fn energy_weighs_more_while_gpus_are_spare() {
+        let mut cfg = cfg();
+        cfg.policy.energy_weight = 0.0;
+        cfg.policy.spare_energy_weight = Some(1.0);
+        let types = [
+            ("t4", SlotPower::Up),
+            ("v100m16", SlotPower::Up),
+            ("a100", SlotPower::Up),
+        ];
+        let req = JobRequest {
+            share: ShareRequest::Exclusive,
+            ..JobRequest::new("bert-train")
+        };
+        let with_queues = |pending: f64| {
+            let mut v = view(&cfg, &types);
+            v.queues = vec![
+                TypeQueue {
+                    total_gpus: 10,
+                    idle_gpus: 4,
+                    max_gpus_per_node: 8,
+                    frees_in_s: vec![3600.0; 6],
+                    pending_gpus: pending,
+                    mean_hold_s: 3600.0,
+                };
+                cfg.gpu_types.len()
+            ];
+            v
+        };
+        // What the job gets: type, GPUs, share and clock.
+        let got = |d: &Decision| (d.gpu_type.clone(), d.gpus, d.share_pct, d.sm_clock_mhz);
+        // The same as a job asking for that weight itself (energy: 1, performance: 0), whose
+        // clock is also the cluster's.
+        let asking = |p: EnergyPolicy, v: &ClusterView| {
+            let r = JobRequest {
+                energy_policy: Some(p),
+                ..req.clone()
+            };
+            place(&cfg, v, &r).expect("placed").decision
+        };
+        // 4 of 10 idle, nothing pending: spare beyond a fifth, the whole spare weight.
+        let spare = with_queues(0.0);
+        let d = place(&cfg, &spare, &req).expect("placed").decision;
+        assert!((d.energy_weight - 1.0).abs() < 1e-12, "{d:?}");
+        assert_eq!(got(&d), got(&asking(EnergyPolicy::Energy, &spare)));
+        // The two weights choose differently here, so the spare one is not a no-op.
+        assert_ne!(
+            got(&d),
+            got(&asking(EnergyPolicy::Performance, &spare)),
+            "{d:?}"
+        );
+        // 3 pending: 1 of 10 spare, halfway.
+        let v = with_queues(3.0);
+        let d = place(&cfg, &v, &req).expect("placed").decision;
+        assert!((d.energy_weight - 0.5).abs() < 1e-9, "{d:?}");
+        // As much pending as idle: the cluster's weight.
+        let v = with_queues(4.0);
+        let d = place(&cfg, &v, &req).expect("placed").decision;
+        assert!(d.energy_weight.abs() < 1e-12, "{d:?}");
+        assert_eq!(got(&d), got(&asking(EnergyPolicy::Performance, &v)));
+        // A job asking for performance, and a view without queues, keep their own weight.
+        let d = asking(EnergyPolicy::Performance, &spare);
+        assert!(d.energy_weight.abs() < 1e-12, "{d:?}");
+        let d = place(&cfg, &view(&cfg, &types), &req)
+            .expect("placed")
+            .decision;
+        assert!(d.energy_weight.abs() < 1e-12, "{d:?}");
     }
 
     /// Issue 16: the time limit is taken as the job's runtime on the slowest type its request
