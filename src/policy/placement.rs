@@ -746,7 +746,7 @@ fn placement_weight(cfg: &Config, job: &Job<'_>, queues: &[TypeQueue]) -> f64 {
     let (mut spare, mut total) = (0.0, 0.0);
     for (t, q) in queues.iter().enumerate().take(cfg.gpu_types.len()) {
         if job.allowed[t] {
-            spare += (f64::from(q.idle_gpus) - q.pending_gpus).max(0.0);
+            spare += q.spare_gpus().max(0.0);
             total += f64::from(q.total_gpus);
         }
     }

@@ -26,6 +26,17 @@ pub struct TypeQueue {
 }
 
 impl TypeQueue {
+    /// GPUs of this type idle beyond the demand waiting for it; negative when more is waiting
+    /// than is idle.
+    pub fn spare_gpus(&self) -> f64 {
+        f64::from(self.idle_gpus) - self.pending_gpus
+    }
+
+    /// Demand waiting for this type beyond its idle GPUs (0 when the idle GPUs absorb it).
+    pub fn backlog_gpus(&self) -> f64 {
+        (-self.spare_gpus()).max(0.0)
+    }
+
     /// How much of the sizing margins (`Config::class_on`) a share on this type keeps: all of
     /// them while the demand waiting for the type fits its idle GPUs, none once the backlog
     /// beyond them reaches `no_margin_at` of its GPUs (a job waiting for a safe size would wait
@@ -34,8 +45,7 @@ impl TypeQueue {
         if self.total_gpus == 0 || no_margin_at <= 0.0 {
             return 1.0;
         }
-        let backlog =
-            (self.pending_gpus - f64::from(self.idle_gpus)).max(0.0) / f64::from(self.total_gpus);
+        let backlog = self.backlog_gpus() / f64::from(self.total_gpus);
         (1.0 - backlog / no_margin_at).clamp(0.0, 1.0)
     }
 
@@ -48,7 +58,7 @@ impl TypeQueue {
             return None;
         }
         // Demand ahead that idle GPUs cannot absorb, plus this job's own GPUs.
-        let ahead = (self.pending_gpus - f64::from(self.idle_gpus)).max(0.0);
+        let ahead = self.backlog_gpus();
         // Bounded by the cast below: a queue of 2^31 GPUs is not a real cluster.
         let ahead = ahead.ceil().min(f64::from(i32::MAX));
         #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]

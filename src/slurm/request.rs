@@ -533,7 +533,7 @@ fn whole_first_run(
     let (mut total, mut spare) = (0.0, 0.0);
     for q in types.iter().filter_map(|&t| snap.view.queues.get(t)) {
         total += f64::from(q.total_gpus);
-        spare += f64::from(q.idle_gpus) - q.pending_gpus;
+        spare += q.spare_gpus();
     }
     if total <= 0.0 || spare <= p.whole_first_runs_idle * total {
         return None;
