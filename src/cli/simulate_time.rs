@@ -297,14 +297,27 @@ fn print(out: &mut impl Write, r: &Report, trace: &str, cluster: &str, scale: f6
         )?;
     }
     for row in r.rows.iter().filter(|x| x.killed > 0) {
+        // The world's reason for the kills the policy's own choices caused (the jobs it did
+        // not leave as their users asked): what an admin would look at first.
+        let causes = row
+            .killed_not_by_plain_slurm_causes
+            .filter(|c| c.total() > 0)
+            .map_or(String::new(), |c| {
+                format!(
+                    " (by cause: {} too slow a type, {} too small a share, {} a lowered clock, {} neighbours)",
+                    c.slow_type, c.small_share, c.lowered_clock, c.neighbours
+                )
+            });
         let plain = match (
             row.killed_not_by_plain_slurm,
             row.killed_not_by_plain_slurm_as_asked,
         ) {
             (Some(k), Some(a)) if a > 0 => format!(
-                "; {k} that plain Slurm finished with the same requests, {a} of them left as their users asked"
+                "; {k} that plain Slurm finished with the same requests, {a} of them left as their users asked{causes}"
             ),
-            (Some(k), _) => format!("; {k} that plain Slurm finished with the same requests"),
+            (Some(k), _) => {
+                format!("; {k} that plain Slurm finished with the same requests{causes}")
+            }
             (None, _) => String::new(),
         };
         writeln!(

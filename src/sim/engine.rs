@@ -434,6 +434,36 @@ pub struct PredictionError {
     pub energy_ratio: f64,
 }
 
+/// Why a job was killed at its time limit, graded by the world (its truth), not by any
+/// scheduler's prediction: the first of these counterfactuals that holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum KillCause {
+    /// Alone on a whole GPU of the type it got, at the default clock, it outlasts its limit:
+    /// too slow a type for it (or too long a job for its limit anywhere).
+    Type,
+    /// Alone with the share it held, at the default clock, it would still have outlasted its
+    /// limit: too small a share.
+    Share,
+    /// It would have finished with what it held at the default clock, and its GPU ran below
+    /// that clock during its run.
+    Clock,
+    /// It would have finished alone with what it held at the default clock: its neighbours on
+    /// the GPU (contention, or another user's context time-sliced with it) slowed it.
+    Neighbour,
+}
+
+impl KillCause {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KillCause::Type => "type",
+            KillCause::Share => "share",
+            KillCause::Clock => "clock",
+            KillCause::Neighbour => "neighbour",
+        }
+    }
+}
+
 /// What one run measured.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunMetrics {
@@ -450,6 +480,8 @@ pub struct RunMetrics {
     pub killed_gpu_energy_j: f64,
     /// Which jobs were killed (indices), for comparing runs of the same jobs.
     pub killed_jobs: Vec<usize>,
+    /// Why each of `killed_jobs` was killed (same order), as the world grades it.
+    pub kill_causes: Vec<KillCause>,
     /// Of those, the ones the scheduler left as their users asked.
     pub killed_as_asked: Vec<usize>,
     /// The facility meter, to be closed at a horizon at or after the run's end.
@@ -795,6 +827,23 @@ pub fn run(
         .filter(|&j| sched.left_as_asked(j))
         .collect();
     m
+}
+
+/// Why `j`, killed at its limit, was killed (see [`KillCause`]).
+fn kill_cause(st: &State<'_>, world: &World, j: &SimJob) -> KillCause {
+    let t = st.gpus[j.gpus[0]].gpu_type;
+    let outlasts = |rate: f64| j.work_s / rate.max(1e-12) > j.limit_s;
+    if outlasts(world.alone_rate(j.class, &j.truth, t)) {
+        return KillCause::Type;
+    }
+    if !j.exclusive && outlasts(world.alone_rate_with(j.class, &j.truth, t, j.share)) {
+        return KillCause::Share;
+    }
+    let default = st.cfg.gpu_types[t].default_sm_clock.0;
+    if j.clocks.iter().any(|&(_, mhz)| mhz < default) {
+        return KillCause::Clock;
+    }
+    KillCause::Neighbour
 }
 
 /// Keeps the waiting queue in Slurm's priority order. Below `PriorityMaxAge` every job's age
@@ -1324,6 +1373,7 @@ fn close(st: &mut State<'_>, world: &World, r: Run<'_>, makespan: f64) -> RunMet
             .filter(|(_, j)| j.killed_s.is_some())
             .map(|(k, _)| k)
             .collect(),
+        kill_causes: Vec::new(),
         killed_as_asked: Vec::new(),
         resumes: meter.resumes(),
         site_factors: r.site_factors,
@@ -1365,6 +1415,9 @@ fn close(st: &mut State<'_>, world: &World, r: Run<'_>, makespan: f64) -> RunMet
         let Some(f) = j.finish_s.or(j.killed_s) else {
             continue;
         };
+        if j.killed_s.is_some() {
+            m.kill_causes.push(kill_cause(st, world, j));
+        }
         alloc += f64::from(j.num_gpus) * j.share.fraction() * (f - s);
         let t = st.gpus[j.gpus[0]].gpu_type;
         let real_rate = world.alone_rate(j.class, &j.truth, t);
@@ -1767,6 +1820,63 @@ mod tests {
     /// One t4 node of two GPUs, one job alone on GPU 0 from time 0 at the default clock, power
     /// saving off, each awake node charged a flat 100 W: the meter must read exactly what the
     /// world's power says, the idle GPU beside the job included.
+    /// A kill is put down to the first counterfactual that explains it, graded by the world:
+    /// too long alone on a whole GPU of its type, then too long alone with its share, then a
+    /// lowered clock, else its neighbours.
+    #[test]
+    fn a_kill_is_put_down_to_the_first_counterfactual_that_explains_it() {
+        let (cfg, nodes, trace) = setup();
+        let t4 = cfg.gpu_type("t4").expect("t4");
+        let node: Vec<crate::cluster::Node> = nodes
+            .iter()
+            .filter(|n| n.gpu_type == Some(t4))
+            .take(1)
+            .cloned()
+            .collect();
+        let world = World::new(&cfg);
+        let mut jobs = generate_jobs(
+            &cfg,
+            &world,
+            &trace,
+            2,
+            &[t4],
+            WorkloadParams {
+                load: 0.5,
+                jobs: 1,
+                max_duration_s: 1000.0,
+                users: 1,
+                seed: 1,
+                recurrence: Recurrence::independent(),
+            },
+        );
+        let class = cfg.classes_of(JobKind::Training)[0];
+        jobs[0].class = class;
+        jobs[0].truth = world.draw(class, 1.0, &mut SplitMix::new(2));
+        jobs[0].work_s = 1000.0;
+        let mut st = build_state(&cfg, &node, jobs);
+        let mut j = st.jobs[0].clone();
+        j.gpus = vec![0];
+        let t = st.gpus[0].gpu_type;
+        let whole = 1000.0 / world.alone_rate(class, &j.truth, t);
+        let fifth = SharePct::new(20).expect("pct");
+        let shared = 1000.0 / world.alone_rate_with(class, &j.truth, t, fifth);
+        assert!(shared > 1.05 * whole, "{shared} vs {whole}");
+        let default = cfg.gpu_types[t].default_sm_clock.0;
+        (j.exclusive, j.share, j.clocks) = (false, fifth, vec![(0.0, default)]);
+        j.limit_s = 0.9 * whole;
+        assert_eq!(kill_cause(&st, &world, &j), KillCause::Type);
+        j.limit_s = 0.5 * (whole + shared);
+        assert_eq!(kill_cause(&st, &world, &j), KillCause::Share);
+        j.limit_s = 1.1 * shared;
+        assert_eq!(kill_cause(&st, &world, &j), KillCause::Neighbour);
+        j.clocks.push((10.0, default - 200));
+        assert_eq!(kill_cause(&st, &world, &j), KillCause::Clock);
+        // Whole GPUs are never short of share.
+        (j.exclusive, j.limit_s, j.clocks) = (true, 0.5 * (whole + shared), vec![]);
+        assert_eq!(kill_cause(&st, &world, &j), KillCause::Neighbour);
+        st.jobs[0] = j;
+    }
+
     #[test]
     fn facility_energy_of_one_job_is_what_the_world_and_the_host_draw() {
         let (cfg, nodes, trace) = setup();

@@ -9,7 +9,7 @@
 //!
 //! The CLI (`cli::simulate_time`) only parses arguments and prints this.
 
-use super::engine::{self, RunMetrics, WorkloadParams};
+use super::engine::{self, KillCause, RunMetrics, WorkloadParams};
 use super::meter::{HostSpec, PowerSaving};
 use super::packing::{Pod, TypicalPods};
 use super::priority::QueueOrder;
@@ -64,6 +64,45 @@ pub fn scale_nodes(nodes: &[Node], scale: f64) -> Vec<Node> {
     out
 }
 
+/// Kills at the time limit by cause (see [`KillCause`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct KillCounts {
+    pub slow_type: usize,
+    pub small_share: usize,
+    pub lowered_clock: usize,
+    pub neighbours: usize,
+}
+
+impl KillCounts {
+    fn of(causes: impl Iterator<Item = KillCause>) -> KillCounts {
+        let mut k = KillCounts::default();
+        for c in causes {
+            match c {
+                KillCause::Type => k.slow_type += 1,
+                KillCause::Share => k.small_share += 1,
+                KillCause::Clock => k.lowered_clock += 1,
+                KillCause::Neighbour => k.neighbours += 1,
+            }
+        }
+        k
+    }
+
+    pub fn total(&self) -> usize {
+        self.slow_type + self.small_share + self.lowered_clock + self.neighbours
+    }
+}
+
+impl std::iter::Sum for KillCounts {
+    fn sum<I: Iterator<Item = KillCounts>>(iter: I) -> KillCounts {
+        iter.fold(KillCounts::default(), |a, b| KillCounts {
+            slow_type: a.slow_type + b.slow_type,
+            small_share: a.small_share + b.small_share,
+            lowered_clock: a.lowered_clock + b.lowered_clock,
+            neighbours: a.neighbours + b.neighbours,
+        })
+    }
+}
+
 /// One scheduler on one seed, with its energy closed at the seed's common horizon.
 #[derive(Debug, Clone, Serialize)]
 pub struct SeedRun {
@@ -82,6 +121,8 @@ pub struct SeedRun {
     /// Of those, the jobs heshare left as their users asked (no label, no profile): killed by
     /// their own request where plain Slurm's placement happened to spare them.
     pub killed_not_by_plain_slurm_as_asked: Option<usize>,
+    /// The others (not left as asked), by cause as the world grades it.
+    pub killed_not_by_plain_slurm_causes: Option<KillCounts>,
     /// The facility meter: every node at the wall, awake or suspended, over the horizon.
     pub facility_kwh: f64,
     /// The same if no node were ever suspended.
@@ -177,6 +218,7 @@ pub struct PolicyRow {
     pub killed_by_sharing_or_clock: usize,
     pub killed_not_by_plain_slurm: Option<usize>,
     pub killed_not_by_plain_slurm_as_asked: Option<usize>,
+    pub killed_not_by_plain_slurm_causes: Option<KillCounts>,
     pub facility_kwh: f64,
     pub facility_always_on_kwh: f64,
     pub gpu_kwh: f64,
@@ -404,6 +446,24 @@ struct Done {
     bound_j: Option<f64>,
 }
 
+/// The kills of a run that plain Slurm's run of the same jobs (`plain`, sorted) did not have,
+/// leaving out the jobs the scheduler left as their users asked, by cause. `killed` and
+/// `as_asked` are sorted job indices; `causes` goes with `killed`.
+fn caused_kills(
+    plain: &[usize],
+    killed: &[usize],
+    causes: &[KillCause],
+    as_asked: &[usize],
+) -> KillCounts {
+    KillCounts::of(
+        killed
+            .iter()
+            .zip(causes)
+            .filter(|(j, _)| plain.binary_search(j).is_err() && as_asked.binary_search(j).is_err())
+            .map(|(_, &c)| c),
+    )
+}
+
 fn summarise(
     cfg: &Config,
     spec: &Spec,
@@ -461,6 +521,8 @@ fn summarise(
                     .filter(|j| p.binary_search(j).is_err())
                     .count()
             }),
+            killed_not_by_plain_slurm_causes: plain(d.seed)
+                .map(|p| caused_kills(&p, &m.killed_jobs, &m.kill_causes, &m.killed_as_asked)),
             facility_kwh: e.facility_j / 3.6e6,
             facility_always_on_kwh: e.always_on_j / 3.6e6,
             gpu_kwh: e.gpu_j / 3.6e6,
@@ -515,6 +577,10 @@ fn summarise(
                 .iter()
                 .map(|r| r.killed_not_by_plain_slurm_as_asked)
                 .sum::<Option<usize>>(),
+            killed_not_by_plain_slurm_causes: rs
+                .iter()
+                .map(|r| r.killed_not_by_plain_slurm_causes)
+                .sum::<Option<KillCounts>>(),
             facility_kwh: mean(&|r| r.facility_kwh),
             facility_always_on_kwh: mean(&|r| r.facility_always_on_kwh),
             gpu_kwh: mean(&|r| r.gpu_kwh),
@@ -778,5 +844,42 @@ fn summarise(
         energy_lower_bound_kwh: median_of(&bounds),
         world_power,
         runs,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Kills plain Slurm also had, and jobs left as their users asked, are not counted against
+    /// the policy; the rest are counted by cause.
+    #[test]
+    fn caused_kills_leave_out_plain_slurms_and_the_ones_left_as_asked() {
+        let killed = [2, 5, 7, 9, 11];
+        let causes = [
+            KillCause::Share,
+            KillCause::Neighbour,
+            KillCause::Clock,
+            KillCause::Type,
+            KillCause::Neighbour,
+        ];
+        let k = caused_kills(&[5, 6], &killed, &causes, &[9]);
+        assert_eq!(
+            k,
+            KillCounts {
+                slow_type: 0,
+                small_share: 1,
+                lowered_clock: 1,
+                neighbours: 1,
+            }
+        );
+        assert_eq!(k.total(), 3);
+        let both = [k, k].into_iter().map(Some).sum::<Option<KillCounts>>();
+        assert_eq!(both.map(|b| b.total()), Some(6));
+        assert_eq!(
+            [Some(k), None].into_iter().sum::<Option<KillCounts>>(),
+            None,
+            "a seed without plain Slurm's run leaves the sum unknown"
+        );
     }
 }

@@ -907,6 +907,29 @@ impl World {
         g.rate[0]
     }
 
+    /// The job's work per second alone on a GPU of type `t` at its default clock, holding
+    /// `share` of it: what it would have done without neighbours or a lowered clock.
+    pub fn alone_rate_with(
+        &self,
+        class: usize,
+        truth: &JobTruth,
+        t: usize,
+        share: SharePct,
+    ) -> f64 {
+        let ty = &self.types[t];
+        self.gpu(
+            t,
+            ty.default_clock_mhz,
+            &[Occupant {
+                class,
+                truth,
+                share,
+                runs: Runs::Mps,
+            }],
+        )
+        .rate[0]
+    }
+
     /// The job alone on a whole GPU of type `t` at `clock_mhz`: its rate, the power its work
     /// draws over idle (no context floor), the GPU time it keeps busy, and the static power of
     /// the GPU it keeps on (idle and a context held).
