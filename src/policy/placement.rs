@@ -449,9 +449,15 @@ struct Sizing {
 }
 
 /// The class `req` is sized with on `gpu` (see `Config::class_on`): a catalog class with its
-/// margins; a learned class as its runs measured it (an upper quantile), except that a service
-/// is sized larger by the type's `speed_uncertainty` on a type it never ran on. `class` is what `req` names or
-/// carries.
+/// margins; a learned class as its runs measured it (an upper quantile). A learned service on a
+/// type its runs never measured is sized there for the catalog's translation of its need, with
+/// the type's `speed_uncertainty`, and for no less than the share its user asked for: a
+/// service's speed across types varies from job to job beyond the catalog's exponent, and its
+/// need is its share, so too small a share makes it fall behind its requests until its time
+/// limit kills it (in the simulator, such services were half the kills heshare caused at load
+/// 0.7). Its user's ask is the only other estimate of its need there. Once a run there is
+/// measured, the profile sizes it, below the ask if that is what it needs. `class` is what
+/// `req` names or carries.
 pub fn sized_class<'a>(
     cfg: &'a Config,
     req: &JobRequest,
@@ -466,18 +472,33 @@ pub fn sized_class<'a>(
                 .unwrap_or(class),
         );
     }
-    let unmeasured = !class.measured_speed.iter().any(|(t, _)| *t == gpu.name);
-    // Its need there is an upper quantile of its runs already: no demand margin on top (in the
-    // simulator it cost whole GPUs to services at high load for no fewer violations).
+    if class.kind != JobKind::Inference || measured_on(class, gpu) {
+        return Cow::Borrowed(class);
+    }
+    // Its need where it ran is an upper quantile of its runs already: no demand margin on top
+    // (in the simulator it cost whole GPUs to services at high load for no fewer violations).
+    let reference = &cfg.gpu_types[cfg.reference_gpu];
     let m = (gpu.speed_uncertainty.max(0.0) * margins.clamp(0.0, 1.0)).exp();
-    if class.kind == JobKind::Inference && unmeasured && m > 1.0 {
+    let modelled = crate::model::need(class, gpu, reference);
+    let asked = match req.reference_share {
+        Some(ShareRequest::Pct(p)) => p.fraction(),
+        _ => 0.0,
+    };
+    let sized = (modelled * m).max(asked);
+    if sized > modelled * (1.0 + 1e-9) {
         Cow::Owned(JobClass {
-            demand: class.demand * m,
+            // The need here is demand over its speed here: scaled so that it is `sized`.
+            demand: class.demand * sized / modelled.max(1e-12),
             ..class.clone()
         })
     } else {
         Cow::Borrowed(class)
     }
+}
+
+/// Whether the runs of a learned class measured it on `gpu`.
+fn measured_on(class: &JobClass, gpu: &GpuType) -> bool {
+    class.measured_speed.iter().any(|(t, _)| *t == gpu.name)
 }
 
 /// How much slower than alone (default clock) a job of `class` may run on `gpu` and still finish
@@ -497,7 +518,7 @@ pub fn limit_cap(class: &JobClass, gpu: &GpuType, slowest: &GpuType, reference: 
 pub fn keeps_default_clock(cfg: &Config, class: &JobClass, gpu: &GpuType, limit_s: f64) -> bool {
     let reference = &cfg.gpu_types[cfg.reference_gpu];
     killed_sharing(cfg, class, gpu, limit_s)
-        || (!class.measured_speed.iter().any(|(t, _)| *t == gpu.name)
+        || (!measured_on(class, gpu)
             && limit_s / alone_runtime(class, gpu, reference).0.max(1e-9)
                 < 1.0 + cfg.policy.limit_headroom - 1e-9)
 }
@@ -1510,6 +1531,63 @@ mod tests {
         .expect("placed");
         assert!(free.decision.limit_type.is_none());
         assert!(free.candidates[0].sm_clock_mhz < free.candidates[0].default_sm_clock_mhz);
+    }
+
+    /// A learned service is sized on a type its runs never measured for no less than the share
+    /// its user asked for (and the catalog's translation of its need, with the type's
+    /// `speed_uncertainty`). Where its runs measured the type, the profile alone sizes it, below
+    /// the ask if that is what it needs.
+    #[test]
+    fn a_service_gets_no_less_than_it_asked_on_a_type_its_runs_never_measured() {
+        let cfg = cfg();
+        let gpu = |n: &str| &cfg.gpu_types[cfg.gpu_type(n).expect(n)];
+        let reference = &cfg.gpu_types[cfg.reference_gpu];
+        let step = cfg.policy.mps_share_step_pct;
+        // Its runs on an A10 kept a fifth of it busy.
+        let catalog = cfg.class("vit-infer").expect("vit-infer").clone();
+        let learned = JobClass {
+            demand: 0.2,
+            measured_speed: vec![("a10".into(), 1.0)],
+            limit_kills: vec![],
+            ..catalog
+        };
+        let asked = |p: u8| JobRequest {
+            share: ShareRequest::Auto,
+            reference_share: Some(ShareRequest::Pct(SharePct::new(p).expect("pct"))),
+            learned: Some(Arc::new(learned.clone())),
+            ..JobRequest::new("vit-infer")
+        };
+        let share = |req: &JobRequest, t: &str| {
+            let sized = sized_class(&cfg, req, &learned, gpu(t), 1.0);
+            full_speed_share(&sized, gpu(t), reference, step).get()
+        };
+        // Measured: as its runs said, below the ask.
+        assert_eq!(share(&asked(32), "a10"), 20);
+        // The catalog translates its need to about 15% of an A100; the ask stands instead.
+        let modelled = crate::model::need(&learned, gpu("a100"), reference);
+        assert!((0.14..0.16).contains(&modelled), "{modelled}");
+        assert_eq!(share(&asked(32), "a100"), 35);
+        // Asking for less than the translation: the translation.
+        assert_eq!(share(&asked(5), "a100"), 20);
+        // A type whose speed the catalog did not measure adds its uncertainty:
+        // 0.2 / 0.430^0.4 * e^0.2 = 0.34.
+        assert_eq!(share(&asked(5), "t4"), 35);
+        assert_eq!(share(&asked(50), "t4"), 50);
+        // Whole GPUs asked: the translation.
+        let whole = JobRequest {
+            reference_share: None,
+            ..asked(5)
+        };
+        assert_eq!(share(&whole, "a100"), 20);
+        // A training class is sized as it is.
+        let train = JobClass {
+            kind: JobKind::Training,
+            ..learned.clone()
+        };
+        assert!(matches!(
+            sized_class(&cfg, &asked(32), &train, gpu("a100"), 1.0),
+            std::borrow::Cow::Borrowed(_)
+        ));
     }
 
     /// A job whose profile says its limit leaves it less than `limit_headroom` over its runtime
