@@ -436,8 +436,7 @@ pub struct PredictionError {
 
 /// Why a job was killed at its time limit, graded by the world (its truth), not by any
 /// scheduler's prediction: the first of these counterfactuals that holds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum KillCause {
     /// Alone on a whole GPU of the type it got, at the default clock, it outlasts its limit:
     /// too slow a type for it (or too long a job for its limit anywhere).
@@ -451,17 +450,6 @@ pub enum KillCause {
     /// It would have finished alone with what it held at the default clock: its neighbours on
     /// the GPU (contention, or another user's context time-sliced with it) slowed it.
     Neighbour,
-}
-
-impl KillCause {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            KillCause::Type => "type",
-            KillCause::Share => "share",
-            KillCause::Clock => "clock",
-            KillCause::Neighbour => "neighbour",
-        }
-    }
 }
 
 /// What one run measured.
