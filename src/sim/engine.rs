@@ -1607,6 +1607,48 @@ mod tests {
         p
     }
 
+    /// The first `n` two-GPU T4 nodes of `nodes`.
+    fn t4_pairs(
+        cfg: &Config,
+        nodes: &[crate::cluster::Node],
+        n: usize,
+    ) -> Vec<crate::cluster::Node> {
+        let t4 = cfg.gpu_type("t4").expect("t4");
+        let out: Vec<crate::cluster::Node> = nodes
+            .iter()
+            .filter(|n| n.gpu_type == Some(t4) && n.gpus == 2)
+            .take(n)
+            .cloned()
+            .collect();
+        assert_eq!(out.len(), n);
+        out
+    }
+
+    /// `jobs` jobs drawn for a cluster of `gpus` T4s at load 0.5, every one new: the scenarios
+    /// below then set what they test.
+    fn t4_jobs(
+        cfg: &Config,
+        world: &World,
+        trace: &[TraceJob],
+        (gpus, jobs, seed): (usize, usize, u64),
+    ) -> Vec<SimJob> {
+        generate_jobs(
+            cfg,
+            world,
+            trace,
+            gpus,
+            &[cfg.gpu_type("t4").expect("t4")],
+            WorkloadParams {
+                load: 0.5,
+                jobs,
+                max_duration_s: 1000.0,
+                users: 1,
+                seed,
+                recurrence: Recurrence::independent(),
+            },
+        )
+    }
+
     fn typical(trace: &[TraceJob]) -> TypicalPods {
         TypicalPods::from_pods(&trace.iter().map(Pod::from_trace).collect::<Vec<_>>())
     }
@@ -1814,29 +1856,9 @@ mod tests {
     #[test]
     fn a_kill_is_put_down_to_the_first_counterfactual_that_explains_it() {
         let (cfg, nodes, trace) = setup();
-        let t4 = cfg.gpu_type("t4").expect("t4");
-        let node: Vec<crate::cluster::Node> = nodes
-            .iter()
-            .filter(|n| n.gpu_type == Some(t4))
-            .take(1)
-            .cloned()
-            .collect();
+        let node = t4_pairs(&cfg, &nodes, 1);
         let world = World::new(&cfg);
-        let mut jobs = generate_jobs(
-            &cfg,
-            &world,
-            &trace,
-            2,
-            &[t4],
-            WorkloadParams {
-                load: 0.5,
-                jobs: 1,
-                max_duration_s: 1000.0,
-                users: 1,
-                seed: 1,
-                recurrence: Recurrence::independent(),
-            },
-        );
+        let mut jobs = t4_jobs(&cfg, &world, &trace, (2, 1, 1));
         let class = cfg.classes_of(JobKind::Training)[0];
         jobs[0].class = class;
         jobs[0].truth = world.draw(class, 1.0, &mut SplitMix::new(2));
@@ -1869,29 +1891,9 @@ mod tests {
     fn facility_energy_of_one_job_is_what_the_world_and_the_host_draw() {
         let (cfg, nodes, trace) = setup();
         let t4 = cfg.gpu_type("t4").expect("t4");
-        let node: Vec<crate::cluster::Node> = nodes
-            .iter()
-            .filter(|n| n.gpu_type == Some(t4) && n.gpus == 2)
-            .take(1)
-            .cloned()
-            .collect();
-        assert_eq!(node.len(), 1);
+        let node = t4_pairs(&cfg, &nodes, 1);
         let world = World::new(&cfg);
-        let mut jobs = generate_jobs(
-            &cfg,
-            &world,
-            &trace,
-            2,
-            &[t4],
-            WorkloadParams {
-                load: 0.5,
-                jobs: 1,
-                max_duration_s: 1000.0,
-                users: 1,
-                seed: 1,
-                recurrence: Recurrence::independent(),
-            },
-        );
+        let mut jobs = t4_jobs(&cfg, &world, &trace, (2, 1, 1));
         let class = cfg.classes_of(JobKind::Training)[0];
         let j = &mut jobs[0];
         j.class = class;
@@ -2158,30 +2160,9 @@ mod tests {
     fn powered_up_nodes_come_first_and_a_resumed_node_makes_its_job_wait() {
         let (cfg, _, trace) = setup();
         let nodes = parse_node_list(OPENB_GPU_NODES, Path::new("n.csv"), &cfg).expect("nodes");
-        let t4 = cfg.gpu_type("t4").expect("t4");
-        let two: Vec<crate::cluster::Node> = nodes
-            .iter()
-            .filter(|n| n.gpu_type == Some(t4) && n.gpus == 2)
-            .take(2)
-            .cloned()
-            .collect();
-        assert_eq!(two.len(), 2);
+        let two = t4_pairs(&cfg, &nodes, 2);
         let world = World::new(&cfg);
-        let mut jobs = generate_jobs(
-            &cfg,
-            &world,
-            &trace,
-            4,
-            &[t4],
-            WorkloadParams {
-                load: 0.5,
-                jobs: 3,
-                max_duration_s: 1000.0,
-                users: 1,
-                seed: 4,
-                recurrence: Recurrence::independent(),
-            },
-        );
+        let mut jobs = t4_jobs(&cfg, &world, &trace, (4, 3, 4));
         let class = cfg.classes_of(JobKind::Training)[0];
         for (k, j) in jobs.iter_mut().enumerate() {
             j.class = class;
@@ -2314,29 +2295,9 @@ mod tests {
             }
         }
         let (cfg, nodes, trace) = setup();
-        let t4 = cfg.gpu_type("t4").expect("t4");
-        let node: Vec<crate::cluster::Node> = nodes
-            .iter()
-            .filter(|n| n.gpu_type == Some(t4) && n.gpus == 2)
-            .take(1)
-            .cloned()
-            .collect();
+        let node = t4_pairs(&cfg, &nodes, 1);
         let world = World::new(&cfg);
-        let mut jobs = generate_jobs(
-            &cfg,
-            &world,
-            &trace,
-            2,
-            &[t4],
-            WorkloadParams {
-                load: 0.5,
-                jobs: 4,
-                max_duration_s: 1000.0,
-                users: 1,
-                seed: 6,
-                recurrence: Recurrence::independent(),
-            },
-        );
+        let mut jobs = t4_jobs(&cfg, &world, &trace, (2, 4, 6));
         // Four jobs that each take the whole node, one after the other.
         let class = cfg.classes_of(JobKind::Training)[0];
         for (k, j) in jobs.iter_mut().enumerate() {

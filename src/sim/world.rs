@@ -893,18 +893,7 @@ impl World {
     /// The job's work per second alone on a whole GPU of type `t` at its default clock: the
     /// yardstick of its realised slowdown.
     pub fn alone_rate(&self, class: usize, truth: &JobTruth, t: usize) -> f64 {
-        let ty = &self.types[t];
-        let g = self.gpu(
-            t,
-            ty.default_clock_mhz,
-            &[Occupant {
-                class,
-                truth,
-                share: SharePct::FULL,
-                runs: Runs::Mps,
-            }],
-        );
-        g.rate[0]
+        self.alone_rate_with(class, truth, t, SharePct::FULL)
     }
 
     /// The job's work per second alone on a GPU of type `t` at its default clock, holding
@@ -916,10 +905,15 @@ impl World {
         t: usize,
         share: SharePct,
     ) -> f64 {
-        let ty = &self.types[t];
+        self.alone(class, truth, t, share).rate[0]
+    }
+
+    /// The GPU of type `t` at its default clock with the job its only occupant, holding
+    /// `share` of it.
+    fn alone(&self, class: usize, truth: &JobTruth, t: usize, share: SharePct) -> GpuTruth {
         self.gpu(
             t,
-            ty.default_clock_mhz,
+            self.types[t].default_clock_mhz,
             &[Occupant {
                 class,
                 truth,
@@ -927,7 +921,6 @@ impl World {
                 runs: Runs::Mps,
             }],
         )
-        .rate[0]
     }
 
     /// The job alone on a whole GPU of type `t` at `clock_mhz`: its rate, the power its work
@@ -963,18 +956,7 @@ impl World {
 
     /// Power of the job alone on a whole GPU of type `t` at its default clock.
     pub fn alone_power_w(&self, class: usize, truth: &JobTruth, t: usize) -> f64 {
-        let ty = &self.types[t];
-        self.gpu(
-            t,
-            ty.default_clock_mhz,
-            &[Occupant {
-                class,
-                truth,
-                share: SharePct::FULL,
-                runs: Runs::Mps,
-            }],
-        )
-        .power_w
+        self.alone(class, truth, t, SharePct::FULL).power_w
     }
 
     /// The bare idle power of type `t` in the world.
