@@ -483,7 +483,7 @@ fn summarise(
     let plain = |seed: u64| {
         done.iter()
             .find(|d| d.seed == seed && spec.policies[d.policy] == "slurm-mps")
-            .map(|d| d.metrics.killed_jobs.clone())
+            .map(|d| d.metrics.killed_jobs.as_slice())
     };
     let bound = |seed: u64| {
         done.iter()
@@ -496,6 +496,7 @@ fn summarise(
         let m = &d.metrics;
         let h = horizon(d.seed);
         let e = m.energy_until(h);
+        let plain_kills = plain(d.seed);
         let mut jct = m.jct_all_s.clone();
         jct.sort_by(f64::total_cmp);
         #[allow(clippy::cast_precision_loss)]
@@ -509,20 +510,20 @@ fn summarise(
             unfinished: m.unfinished,
             killed: m.killed,
             killed_by_sharing_or_clock: m.killed_by_sharing_or_clock,
-            killed_not_by_plain_slurm: plain(d.seed).map(|p| {
+            killed_not_by_plain_slurm: plain_kills.map(|p| {
                 m.killed_jobs
                     .iter()
                     .filter(|j| p.binary_search(j).is_err())
                     .count()
             }),
-            killed_not_by_plain_slurm_as_asked: plain(d.seed).map(|p| {
+            killed_not_by_plain_slurm_as_asked: plain_kills.map(|p| {
                 m.killed_as_asked
                     .iter()
                     .filter(|j| p.binary_search(j).is_err())
                     .count()
             }),
-            killed_not_by_plain_slurm_causes: plain(d.seed)
-                .map(|p| caused_kills(&p, &m.killed_jobs, &m.kill_causes, &m.killed_as_asked)),
+            killed_not_by_plain_slurm_causes: plain_kills
+                .map(|p| caused_kills(p, &m.killed_jobs, &m.kill_causes, &m.killed_as_asked)),
             facility_kwh: e.facility_j / 3.6e6,
             facility_always_on_kwh: e.always_on_j / 3.6e6,
             gpu_kwh: e.gpu_j / 3.6e6,
