@@ -323,7 +323,8 @@ pub struct ProfileSettings {
     /// more than `whole_first_runs_idle` of its types' GPUs are idle beyond the demand waiting
     /// for them: it runs as fast as it can where a share would throttle it, and its run measures
     /// what it needs (a throttled run only says it needed more). Where GPUs are scarce its share
-    /// stands.
+    /// stands: a whole GPU held by one service keeps its host and its GPU's context on for what
+    /// a share of it would do.
     pub whole_first_runs: bool,
     pub whole_first_runs_idle: f64,
 }
@@ -344,7 +345,7 @@ impl Default for ProfileSettings {
             max_spread: 2.0,
             saturated_margin: 0.25,
             whole_first_runs: true,
-            whole_first_runs_idle: 0.1,
+            whole_first_runs_idle: 0.25,
         }
     }
 }

@@ -1490,22 +1490,28 @@ mod tests {
                 "{v:?}"
             );
         };
-        // Every GPU held (one of eight idle would be more than the tenth the default asks).
-        let held: Vec<Holding> = [("ha100", 0), ("ha100", 1), ("hv100", 0), ("hv100", 1)]
-            .into_iter()
-            .chain((0..4).map(|i| ("ht4", i)))
-            .map(|(n, i)| hold(n, i, "2000", 3600.0))
-            .collect();
-        let busy = Snapshot::build(&cfg, 100.0, &nodes, &held, &[]);
-        as_asked(decide(
-            &cfg,
-            &site,
+        // All but `idle` of the eight GPUs held.
+        let busy = |idle: usize| {
+            let held: Vec<Holding> = [("ha100", 0), ("ha100", 1), ("hv100", 0), ("hv100", 1)]
+                .into_iter()
+                .chain((0..4).map(|i| ("ht4", i)))
+                .take(8 - idle)
+                .map(|(n, i)| hold(n, i, "2000", 3600.0))
+                .collect();
+            Snapshot::build(&cfg, 100.0, &nodes, &held, &[])
+        };
+        fn on<'a>(live: Live<'a>, snap: &'a Snapshot) -> Live<'a> {
             Live {
-                snapshot: Some(&busy),
+                snapshot: Some(snap),
                 ..live
-            },
-            &sub,
-        ));
+            }
+        }
+        // The default asks for more than a quarter idle: three of eight is, two are not.
+        assert!((cfg.profiles.whole_first_runs_idle - 0.25).abs() < 1e-12);
+        let r = rewrite_of(decide(&cfg, &site, on(live, &busy(3)), &sub));
+        assert_eq!((r.gpus, r.mps_pct), (1, None), "{}", r.admin_comment);
+        as_asked(decide(&cfg, &site, on(live, &busy(2)), &sub));
+        as_asked(decide(&cfg, &site, on(live, &busy(0)), &sub));
         // Idle GPUs that pending jobs already wait for do not count.
         let queued = Snapshot::build(
             &cfg,
