@@ -2214,13 +2214,7 @@ mod tests {
     #[test]
     fn backfill_does_not_delay_the_first_waiting_job() {
         let (cfg, nodes, trace) = setup();
-        let t4 = cfg.gpu_type("t4").expect("t4");
-        let node: Vec<crate::cluster::Node> = nodes
-            .iter()
-            .filter(|n| n.gpu_type == Some(t4) && n.gpus == 2)
-            .take(1)
-            .cloned()
-            .collect();
+        let node = t4_pairs(&cfg, &nodes, 1);
         let world = World::new(&cfg);
         let mk = |jobs: &mut Vec<SimJob>, limits: [f64; 4]| {
             let class = cfg.classes_of(JobKind::Training)[0];
@@ -2240,21 +2234,7 @@ mod tests {
                 j.submit_s = [0.0, 1.0, 2.0, 3.0][k];
             }
         };
-        let base = generate_jobs(
-            &cfg,
-            &world,
-            &trace,
-            2,
-            &[t4],
-            WorkloadParams {
-                load: 0.5,
-                jobs: 4,
-                max_duration_s: 1000.0,
-                users: 1,
-                seed: 6,
-                recurrence: Recurrence::independent(),
-            },
-        );
+        let base = t4_jobs(&cfg, &world, &trace, (2, 4, 6));
         // Job 0 holds one GPU for up to 1000 s; job 1 wants both and reserves the node at
         // 1000 s; job 2 (limit 5000 s) would delay it; job 3 (limit 500 s) would not.
         let mut jobs = base.clone();
