@@ -202,6 +202,8 @@ fn time_mode_compares_every_scheduler_in_the_world_and_accounts_for_every_job() 
             "violations",
             "killed",
             "killed_by_sharing_or_clock",
+            "reruns",
+            "failed",
             "mean_jct_finished_s",
             "site_factor",
             "resumes",
@@ -211,6 +213,9 @@ fn time_mode_compares_every_scheduler_in_the_world_and_accounts_for_every_job() 
             assert!(!r[f].is_null(), "{f} missing in {r}");
         }
         assert_eq!(r["jobs"], 800, "{r}");
+        // Every kill is followed by its user's rerun, or is the job's last (two reruns at most).
+        let count = |f: &str| r[f].as_u64().expect("a count");
+        assert_eq!(count("killed"), count("reruns") + count("failed"), "{r}");
         // Kills are counted against plain Slurm's on the same seed, never hidden.
         if r["policy"] != "slurm-mps" {
             assert!(r["killed_not_by_plain_slurm"].is_u64(), "{r}");

@@ -82,6 +82,10 @@ pub struct SimulateArgs {
     /// 10 W suspended) or a flat number of watts per awake node.
     #[arg(long, value_name = "sourced|WATTS", default_value = "sourced")]
     pub(super) host_power: String,
+    /// Time mode: how many times a user submits a job again after Slurm killed it at its time
+    /// limit (at once, from the start, each time with the limit doubled); 0: a kill ends it.
+    #[arg(long, value_name = "N", default_value_t = 2)]
+    pub(super) reruns: u32,
     /// Time mode: mean runs of each user's script (template); each job is a new one with
     /// probability 1/R (1: nothing recurs).
     #[arg(long, value_name = "R", default_value_t = 10.0)]

@@ -84,6 +84,10 @@ pub fn run(out: &mut impl Write, cfg: &Config, args: &SimulateArgs, load: f64) -
             args.policies.clone()
         },
         threads: std::thread::available_parallelism().map_or(1, usize::from),
+        reruns: crate::sim::engine::Reruns {
+            max: args.reruns,
+            ..crate::sim::engine::Reruns::default()
+        },
     };
     // Drawn on stderr, and only when it is a terminal.
     let bar =
@@ -214,6 +218,14 @@ fn print(out: &mut impl Write, r: &Report, trace: &str, cluster: &str, scale: f6
         "jobs run in a world of measured workloads (Zeus, Gavel, EDP), not heshare's predictor; the facility meter counts every node at the wall: GPUs busy and idle, hosts {}; {saving}; energy over a common horizon per seed; heshare's snapshot every {:.0} s",
         r.host, r.snapshot_period_s
     )?;
+    let reruns = match r.reruns.max {
+        0 => "a job killed at its time limit fails for good".to_owned(),
+        n => format!(
+            "a job killed at its time limit is submitted again by its user at once, from the start, with {:.0}x the limit, up to {n} times",
+            r.reruns.limit_factor
+        ),
+    };
+    writeln!(out, "{reruns}")?;
     writeln!(
         out,
         "{:<16} {:>9} {:>9} {:>8} {:>8} {:>8} {:>8} {:>9} {:>8} {:>8} {:>9} {:>9} {:>6} {:>6} {:>6} {:>6} {:>7} {:>9}",
@@ -262,7 +274,7 @@ fn print(out: &mut impl Write, r: &Report, trace: &str, cluster: &str, scale: f6
     }
     writeln!(
         out,
-        "(facility and always-on: kWh at the wall per seed; kJ/job: facility energy per finished job; mean/p99 JCT: every job, a killed one until its kill plus a rerun alone; killed: at their time limit, all seeds)"
+        "(facility and always-on: kWh at the wall per seed; kJ/job: facility energy per finished job; mean/p99 JCT: every job from its submission to the end of its last run, its users' reruns after kills included (one that failed for good: until its last kill plus a run alone); killed: runs killed at their time limit, all seeds)"
     )?;
     writeln!(
         out,
@@ -313,17 +325,22 @@ fn print(out: &mut impl Write, r: &Report, trace: &str, cluster: &str, scale: f6
             row.killed_not_by_plain_slurm_as_asked,
         ) {
             (Some(k), Some(a)) if a > 0 => format!(
-                "; {k} that plain Slurm finished with the same requests, {a} of them left as their users asked{causes}"
+                "; {k} of jobs plain Slurm never killed with the same requests, {a} of them left as their users asked{causes}"
             ),
             (Some(k), _) => {
-                format!("; {k} that plain Slurm finished with the same requests{causes}")
+                format!("; {k} of jobs plain Slurm never killed with the same requests{causes}")
             }
             (None, _) => String::new(),
         };
         writeln!(
             out,
-            "killed at their time limit: {}: {} jobs ({} by its clock, share or co-location{plain}; {:.1} kWh of GPU energy lost)",
-            row.policy, row.killed, row.killed_by_sharing_or_clock, row.killed_gpu_kwh
+            "killed at their time limit: {}: {} runs ({} by its clock, share or co-location{plain}; {:.1} kWh of GPU energy lost); {} reruns, {} jobs failed for good",
+            row.policy,
+            row.killed,
+            row.killed_by_sharing_or_clock,
+            row.killed_gpu_kwh,
+            row.reruns,
+            row.failed
         )?;
     }
     let ratios = |out: &mut dyn Write, title: &str, rs: &[experiment::Ratio]| -> Result<()> {

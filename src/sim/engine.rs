@@ -90,6 +90,11 @@ pub struct SimJob {
     pub energy_j: f64,
     /// It shared a GPU with another job at some point: its runtime is not its alone runtime.
     pub crowded: bool,
+    /// The job this is a run of: its own index for a job of the trace, the killed job's for a
+    /// rerun its user submitted after a kill (see [`Reruns`]).
+    pub origin: usize,
+    /// 0 for the trace's submission, 1 for the first rerun, and so on.
+    pub attempt: u32,
     done_s: f64,
     rate: f64,
     /// Its part of its GPU's busy time now.
@@ -102,6 +107,35 @@ impl SimJob {
     /// Whether it holds resources now (running or waiting for its node to boot).
     pub fn allocated(&self) -> bool {
         self.alloc_s.is_some() && self.finish_s.is_none() && self.killed_s.is_none()
+    }
+
+    /// The same job submitted again at `at`, as its user does after a kill: the same request
+    /// and work from the start, its time limit `limit_factor` times the one it was killed at.
+    pub fn rerun(&self, at: f64, limit_factor: f64) -> SimJob {
+        SimJob {
+            submit_s: at,
+            limit_s: self.limit_s * limit_factor,
+            attempt: self.attempt + 1,
+            gpus: vec![],
+            share: SharePct::FULL,
+            exclusive: true,
+            alloc_s: None,
+            start_s: None,
+            finish_s: None,
+            killed_s: None,
+            booting: false,
+            native: false,
+            busy_s: 0.0,
+            clocks: Vec::new(),
+            energy_j: 0.0,
+            crowded: false,
+            done_s: 0.0,
+            rate: 0.0,
+            busy: 0.0,
+            last_s: 0.0,
+            version: 0,
+            ..self.clone()
+        }
     }
 
     /// When it is expected to end by its time limit (a booting job: from `boot_until`).
@@ -179,6 +213,30 @@ pub struct State<'a> {
     pub version: u64,
     /// How Slurm orders the waiting jobs (multifactor: age and the site factor).
     pub queue: QueueOrder,
+    /// What users do with a job killed at its limit.
+    pub reruns: Reruns,
+}
+
+/// What a user does when Slurm kills a job at its time limit: submits it again at once, from
+/// the start, with a longer limit, up to `max` times. A site sees those reruns queue for the
+/// same GPUs as everything else; a world in which a kill ended the job would hand a policy that
+/// kills the capacity its reruns need for free.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct Reruns {
+    /// Reruns of one job at most (0: a kill ends it, as a failed job).
+    pub max: u32,
+    /// Each rerun's limit over the limit it was killed at.
+    pub limit_factor: f64,
+}
+
+impl Default for Reruns {
+    /// Twice, each time with the limit doubled: after two kills its user gives up on it.
+    fn default() -> Self {
+        Reruns {
+            max: 2,
+            limit_factor: 2.0,
+        }
+    }
 }
 
 impl State<'_> {
@@ -413,6 +471,8 @@ pub fn generate_jobs(
                 clocks: Vec::new(),
                 energy_j: 0.0,
                 crowded: false,
+                origin: 0,
+                attempt: 0,
                 done_s: 0.0,
                 rate: 0.0,
                 busy: 0.0,
@@ -455,31 +515,41 @@ pub enum KillCause {
 /// What one run measured.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunMetrics {
+    /// The trace's jobs (a job and its reruns are one job).
     pub jobs: usize,
-    /// Jobs that never started, and jobs that started but never finished (nor were killed).
+    /// Runs that never started, and runs that started but never finished (nor were killed).
     pub unstarted: usize,
     pub unfinished: usize,
-    /// Jobs Slurm killed at their time limit.
+    /// Runs Slurm killed at their time limit (a job killed twice counts twice).
     pub killed: usize,
-    /// Of those, the ones that would have finished within their limit alone on the type they
-    /// got at its default clock: killed by the scheduler's clock, share or co-location.
+    /// Reruns users submitted after kills (see [`Reruns`]).
+    pub reruns: usize,
+    /// Jobs whose last run was killed, with no rerun left: their work never completed.
+    pub failed: usize,
+    /// Of the killed runs, the ones that would have finished within their limit alone on the
+    /// type they got at its default clock: killed by the scheduler's clock, share or co-location.
     pub killed_by_sharing_or_clock: usize,
-    /// GPU energy the killed jobs drew (their work was lost).
+    /// GPU energy the killed runs drew (their work was lost).
     pub killed_gpu_energy_j: f64,
-    /// Which jobs were killed (indices), for comparing runs of the same jobs.
+    /// The job (trace index) of each killed run, for comparing runs of the same jobs.
     pub killed_jobs: Vec<usize>,
+    /// The killed runs themselves (indices into the run's jobs, same order).
+    pub killed_runs: Vec<usize>,
     /// Why each of `killed_jobs` was killed (same order), as the world grades it.
     pub kill_causes: Vec<KillCause>,
-    /// Of those, the ones the scheduler left as their users asked.
-    pub killed_as_asked: Vec<usize>,
+    /// Per killed run (same order), whether the scheduler left it as its user asked.
+    pub killed_as_asked: Vec<bool>,
     /// The facility meter, to be closed at a horizon at or after the run's end.
     pub meter: EnergyMeter,
-    /// JCT of every finished job (submit to finish, boot waits included).
+    /// JCT of every job whose last run finished: from its first submission to that finish,
+    /// its killed runs and their reruns' waits and boots included.
     pub jct_s: Vec<f64>,
-    /// JCT of every job that started: a killed one counted until it was killed plus a rerun of
-    /// its work alone on the type it had at the default clock (what its user waits at least).
+    /// JCT of every job that started: as `jct_s`, and a job that failed for good counted until
+    /// its last kill plus a run of its work alone on the type it had at the default clock (what
+    /// its user waits at least).
     pub jct_all_s: Vec<f64>,
-    /// Mean wait (submit to start) and mean run (start to finish) of the finished jobs.
+    /// Of the jobs in `jct_s`, the mean time waiting (each run's submit to start, summed over
+    /// its runs) and running (each run's start to end, summed): they add up to its JCT.
     pub mean_wait_s: f64,
     pub mean_run_s: f64,
     /// When the last job finished or was killed.
@@ -506,11 +576,11 @@ pub struct RunMetrics {
 /// The jobs submitted in one stretch of simulated time.
 #[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
 pub struct Period {
-    /// Jobs that ended (finished or killed) and their GPU energy as the meter split it (each
-    /// job's GPUs' power by share and draw), summed.
+    /// Jobs that ended (their last run finished or was killed), and the GPU energy of all their
+    /// runs as the meter split it (each job's GPUs' power by share and draw), summed.
     pub jobs: usize,
     pub gpu_energy_j: f64,
-    /// Summed JCT (a killed job: until its kill plus a rerun alone, as `jct_all_s`).
+    /// Summed JCT (as `jct_all_s`).
     pub jct_s: f64,
     pub violations: usize,
 }
@@ -539,8 +609,13 @@ impl RunMetrics {
 pub fn build_state<'a>(
     cfg: &'a Config,
     nodes: &[crate::cluster::Node],
-    jobs: Vec<SimJob>,
+    mut jobs: Vec<SimJob>,
 ) -> State<'a> {
+    // Every job given is one of the trace's: a run of itself.
+    for (i, j) in jobs.iter_mut().enumerate() {
+        j.origin = i;
+        j.attempt = 0;
+    }
     let mut gpus = Vec::new();
     let mut sim_nodes = Vec::new();
     let mut view = ClusterView::default();
@@ -598,6 +673,7 @@ pub fn build_state<'a>(
         now: 0.0,
         version: 0,
         queue: QueueOrder::default(),
+        reruns: Reruns::default(),
     }
 }
 
@@ -780,9 +856,18 @@ pub fn run(
                     job.work_s - job.done_s > 1e-9 * job.work_s.max(1.0)
                 };
                 finish(st, sched, &mut r, j, killed);
-                done += 1;
                 makespan = makespan.max(t);
-                progress(done);
+                if killed && st.jobs[j].attempt < st.reruns.max {
+                    // Its user submits it again: a new arrival, now.
+                    let again = st.jobs[j].rerun(t, st.reruns.limit_factor);
+                    st.jobs.push(again);
+                    r.meter.add_job();
+                    r.push(t, Event::Arrival(st.jobs.len() - 1));
+                    arrivals_left += 1;
+                } else {
+                    done += 1;
+                    progress(done);
+                }
                 // Freed resources: start what now fits, in queue order (backfill within a bounded
                 // look-ahead, as Slurm's bf_max_job_test does).
                 start_waiting(st, sched, &mut r, &mut waiting, Some(freed_node), 100);
@@ -809,10 +894,9 @@ pub fn run(
     let mut m = close(st, world, r, makespan);
     m.profiles = sched.profile_stats();
     m.killed_as_asked = m
-        .killed_jobs
+        .killed_runs
         .iter()
-        .copied()
-        .filter(|&j| sched.left_as_asked(j))
+        .map(|&k| sched.left_as_asked(k))
         .collect();
     m
 }
@@ -1340,37 +1424,40 @@ fn close(st: &mut State<'_>, world: &World, r: Run<'_>, makespan: f64) -> RunMet
     }
     let meter = r.meter;
     let energy = meter.job_energy_j();
-    let killed_gpu_energy_j = st
+    // The trace's jobs come first; reruns follow in the order they were submitted, so a job's
+    // last run is its rerun with the highest index.
+    let jobs = st.jobs.iter().take_while(|j| j.attempt == 0).count();
+    let mut last: Vec<usize> = (0..jobs).collect();
+    for (k, j) in st.jobs.iter().enumerate().skip(jobs) {
+        last[j.origin] = k;
+    }
+    let killed_runs: Vec<usize> = st
         .jobs
         .iter()
         .enumerate()
         .filter(|(_, j)| j.killed_s.is_some())
-        .map(|(k, _)| energy[k])
-        .sum();
+        .map(|(k, _)| k)
+        .collect();
     let mut m = RunMetrics {
-        jobs: st.jobs.len(),
+        jobs,
         unstarted: st.jobs.iter().filter(|j| j.alloc_s.is_none()).count(),
         unfinished: st.jobs.iter().filter(|j| j.allocated()).count(),
-        killed: st.jobs.iter().filter(|j| j.killed_s.is_some()).count(),
-        killed_by_sharing_or_clock: 0,
-        killed_gpu_energy_j,
-        killed_jobs: st
-            .jobs
+        killed: killed_runs.len(),
+        reruns: st.jobs.len() - jobs,
+        failed: last
             .iter()
-            .enumerate()
-            .filter(|(_, j)| j.killed_s.is_some())
-            .map(|(k, _)| k)
-            .collect(),
+            .filter(|&&k| st.jobs[k].killed_s.is_some())
+            .count(),
+        killed_by_sharing_or_clock: 0,
+        killed_gpu_energy_j: killed_runs.iter().map(|&k| energy[k]).sum(),
+        killed_jobs: killed_runs.iter().map(|&k| st.jobs[k].origin).collect(),
+        killed_runs,
         kill_causes: Vec::new(),
         killed_as_asked: Vec::new(),
         resumes: meter.resumes(),
         site_factors: r.site_factors,
         meter,
-        jct_s: st
-            .jobs
-            .iter()
-            .filter_map(|j| j.finish_s.map(|f| f - j.submit_s))
-            .collect(),
+        jct_s: Vec::new(),
         jct_all_s: Vec::new(),
         mean_wait_s: 0.0,
         mean_run_s: 0.0,
@@ -1382,52 +1469,43 @@ fn close(st: &mut State<'_>, world: &World, r: Run<'_>, makespan: f64) -> RunMet
         daily: Vec::new(),
         profiles: None,
     };
-    let finished: Vec<(f64, f64, f64)> = st
-        .jobs
-        .iter()
-        .filter_map(|j| Some((j.submit_s, j.start_s?, j.finish_s?)))
-        .collect();
-    #[allow(clippy::cast_precision_loss)]
-    let n = finished.len().max(1) as f64;
-    m.mean_wait_s = finished.iter().map(|(a, s, _)| s - a).sum::<f64>() / n;
-    m.mean_run_s = finished.iter().map(|(_, s, f)| f - s).sum::<f64>() / n;
     #[allow(clippy::cast_precision_loss)]
     let capacity_time = st.gpus.len() as f64 * end.max(1e-9);
     let mut alloc = 0.0;
     for g in &st.gpus {
         m.utilisation += g.busy_share_s;
     }
+    // The cast is exact: days from the start are few.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    let day = |submit_s: f64| (submit_s / DAY_S).floor().max(0.0) as usize;
+    // Per job of the trace, over its runs: time waiting (submit to start) and running.
+    let mut waited = vec![0.0; jobs];
+    let mut ran = vec![0.0; jobs];
     let reference = &st.cfg.gpu_types[st.cfg.reference_gpu];
     for j in &st.jobs {
         let Some(s) = j.start_s else { continue };
         let Some(f) = j.finish_s.or(j.killed_s) else {
             continue;
         };
-        if j.killed_s.is_some() {
-            m.kill_causes.push(kill_cause(st, world, j));
-        }
+        waited[j.origin] += s - j.submit_s;
+        ran[j.origin] += f - s;
         alloc += f64::from(j.num_gpus) * j.share.fraction() * (f - s);
-        let t = st.gpus[j.gpus[0]].gpu_type;
-        let real_rate = world.alone_rate(j.class, &j.truth, t);
-        let alone = j.work_s / real_rate.max(1e-12);
-        // The cast is exact: weeks from the start are few.
-        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-        let wk = (j.submit_s / DAY_S).floor().max(0.0) as usize;
+        // A run's energy goes to the day its job was first submitted on.
+        let wk = day(st.jobs[j.origin].submit_s);
         if m.daily.len() <= wk {
             m.daily.resize(wk + 1, Period::default());
         }
-        m.daily[wk].jobs += 1;
         m.daily[wk].gpu_energy_j += j.energy_j;
-        if let Some(k) = j.killed_s {
+        let t = st.gpus[j.gpus[0]].gpu_type;
+        let real_rate = world.alone_rate(j.class, &j.truth, t);
+        let alone = j.work_s / real_rate.max(1e-12);
+        if j.killed_s.is_some() {
+            m.kill_causes.push(kill_cause(st, world, j));
             if alone <= j.limit_s {
                 m.killed_by_sharing_or_clock += 1;
             }
-            m.jct_all_s.push(k - j.submit_s + alone);
-            m.daily[wk].jct_s += k - j.submit_s + alone;
             continue;
         }
-        m.jct_all_s.push(f - j.submit_s);
-        m.daily[wk].jct_s += f - j.submit_s;
         let class = &st.cfg.classes[j.class];
         let gt = &st.cfg.gpu_types[t];
         let bound = class.slowdown_bound.unwrap_or(st.cfg.policy.slowdown_bound);
@@ -1457,6 +1535,40 @@ fn close(st: &mut State<'_>, world: &World, r: Run<'_>, makespan: f64) -> RunMet
                 / (real_power / real_rate.max(1e-12)),
         });
     }
+    // Per job of the trace: its JCT runs from its first submission to the end of its last run.
+    let (mut wait_sum, mut run_sum) = (0.0, 0.0);
+    for (o, &k) in last.iter().enumerate() {
+        let first = &st.jobs[o];
+        if first.start_s.is_none() {
+            continue;
+        }
+        let wk = day(first.submit_s);
+        let j = &st.jobs[k];
+        let jct = if let Some(f) = j.finish_s {
+            m.jct_s.push(f - first.submit_s);
+            wait_sum += waited[o];
+            run_sum += ran[o];
+            f - first.submit_s
+        } else if let Some(kill) = j.killed_s {
+            // Failed for good: until its last kill, plus the least its user still waits for
+            // the work (a run alone on the type it had at the default clock).
+            let t = st.gpus[j.gpus[0]].gpu_type;
+            kill - first.submit_s + j.work_s / world.alone_rate(j.class, &j.truth, t).max(1e-12)
+        } else {
+            // A rerun that never started or never ended: not a completion to time.
+            continue;
+        };
+        m.jct_all_s.push(jct);
+        if m.daily.len() <= wk {
+            m.daily.resize(wk + 1, Period::default());
+        }
+        m.daily[wk].jobs += 1;
+        m.daily[wk].jct_s += jct;
+    }
+    #[allow(clippy::cast_precision_loss)]
+    let n = m.jct_s.len().max(1) as f64;
+    m.mean_wait_s = wait_sum / n;
+    m.mean_run_s = run_sum / n;
     m.alloc_rate = alloc / capacity_time;
     m.utilisation /= capacity_time;
     m
@@ -1688,10 +1800,10 @@ mod tests {
         let m = run(&mut st, &world, &mut sched, fac, |n| finished = n);
         assert!(sched.checks > 0);
         assert_eq!(
-            finished,
-            st.jobs.len(),
-            "{name}: progress reports every finish and kill"
+            finished, m.jobs,
+            "{name}: progress reports every job's last finish or kill"
         );
+        assert_eq!(st.jobs.len(), m.jobs + m.reruns, "{name}");
         (m, st, bound)
     }
 
@@ -1728,7 +1840,11 @@ mod tests {
         let mut sched = by_name("heshare", &st, &typical).expect("known");
         let m = run(&mut st, &world, sched.as_mut(), fac, |_| {});
         let p = m.profiles.expect("heshare reports its profiles");
-        assert_eq!(p.submitted, 600);
+        assert_eq!(
+            p.submitted,
+            600 + m.reruns,
+            "reruns are submitted like any job"
+        );
         assert!(early > 0 && p.as_asked >= early, "{early} early: {p:?}");
         assert!(p.with_profile > 100, "{p:?}");
         assert!(p.taught > 0 && p.taught <= 600, "{p:?}");
@@ -1795,9 +1911,14 @@ mod tests {
         for name in NAMES {
             let (m, st, bound) = simulate(&cfg, &nodes, &trace, &typical, name, 7);
             assert_eq!(
-                m.jct_s.len() + m.killed,
-                st.jobs.len(),
-                "{name}: every job finished or was killed"
+                m.jct_s.len() + m.failed,
+                m.jobs,
+                "{name}: every job finished or failed for good"
+            );
+            assert_eq!(
+                m.reruns + m.failed,
+                m.killed,
+                "{name}: each kill, a rerun or the end"
             );
             for (k, j) in st.jobs.iter().enumerate() {
                 let s = j.start_s.expect("started");
@@ -1847,9 +1968,84 @@ mod tests {
         }
     }
 
-    /// One t4 node of two GPUs, one job alone on GPU 0 from time 0 at the default clock, power
-    /// saving off, each awake node charged a flat 100 W: the meter must read exactly what the
-    /// world's power says, the idle GPU beside the job included.
+    /// A job whose limit is 0.3x its runtime alone is killed at it, submitted again at once
+    /// with 0.6x, killed again, and finishes with 1.2x: one job, two kills, two reruns, its JCT
+    /// from its first submission to its last finish, all three runs' energy counted. With one
+    /// rerun allowed it fails for good after its second kill.
+    #[test]
+    fn a_killed_job_is_run_again_with_a_doubled_limit_and_counted_once() {
+        let (cfg, nodes, trace) = setup();
+        let node = t4_pairs(&cfg, &nodes, 1);
+        let world = World::new(&cfg);
+        let mut jobs = t4_jobs(&cfg, &world, &trace, (2, 1, 1));
+        let class = cfg.classes_of(JobKind::Training)[0];
+        let j = &mut jobs[0];
+        j.class = class;
+        j.truth = world.draw(class, 1.0, &mut SplitMix::new(2));
+        (j.num_gpus, j.gpu_milli, j.submit_s, j.work_s) = (1, 1000, 100.0, 1000.0);
+        (j.pod.num_gpus, j.pod.gpu_milli) = (1, 1000);
+        j.gpu_types = vec![];
+        let t4 = cfg.gpu_type("t4").expect("t4");
+        let alone = 1000.0 / world.alone_rate(class, &j.truth, t4);
+        j.limit_s = 0.3 * alone;
+        for max in [2, 1] {
+            let mut st = build_state(&cfg, &node, jobs.clone());
+            st.reruns = Reruns {
+                max,
+                limit_factor: 2.0,
+            };
+            let fac = facility_of(&st, HostSpec::Flat(Watts(100.0)), saving(None));
+            let m = run(
+                &mut st,
+                &world,
+                &mut crate::sim::schedulers::SlurmExclusive,
+                fac,
+                |_| {},
+            );
+            assert_eq!((m.jobs, m.killed), (1, 2));
+            assert_eq!(m.reruns, usize::try_from(max).expect("small"));
+            assert_eq!(m.killed_jobs, [0, 0], "both kills are job 0's");
+            let runs = &st.jobs;
+            for k in 1..runs.len() {
+                let (before, again) = (&runs[k - 1], &runs[k]);
+                assert_eq!(
+                    (again.origin, again.attempt),
+                    (0, u32::try_from(k).expect("k"))
+                );
+                assert_eq!(
+                    Some(again.submit_s),
+                    before.killed_s,
+                    "submitted at the kill"
+                );
+                assert!((again.limit_s - 2.0 * before.limit_s).abs() < 1e-9);
+            }
+            let energy = m.meter.job_energy_j();
+            assert_eq!(energy.len(), runs.len());
+            assert!(
+                energy.iter().all(|&e| e > 0.0),
+                "every run drew: {energy:?}"
+            );
+            if max == 2 {
+                let f = runs[2].finish_s.expect("the second rerun finishes");
+                assert_eq!(m.failed, 0);
+                assert_eq!(m.jct_s, [f - 100.0]);
+                assert_eq!(m.jct_all_s, m.jct_s);
+                // Waiting and running add up to its JCT; it ran 0.3x + 0.6x + 1x its runtime.
+                assert!((m.mean_wait_s + m.mean_run_s - (f - 100.0)).abs() < 1e-6);
+                assert!(
+                    (m.mean_run_s - 1.9 * alone).abs() < 1e-6 * alone,
+                    "{}",
+                    m.mean_run_s
+                );
+            } else {
+                let k = runs[1].killed_s.expect("killed twice");
+                assert_eq!(m.failed, 1);
+                assert!(m.jct_s.is_empty(), "it never finished");
+                assert!((m.jct_all_s[0] - (k - 100.0 + alone)).abs() < 1e-6);
+            }
+        }
+    }
+
     /// A kill is put down to the first counterfactual that explains it, graded by the world:
     /// too long alone on a whole GPU of its type, then too long alone with its share, then a
     /// lowered clock, else its neighbours.
@@ -1887,6 +2083,9 @@ mod tests {
         st.jobs[0] = j;
     }
 
+    /// One t4 node of two GPUs, one job alone on GPU 0 from time 0 at the default clock, power
+    /// saving off, each awake node charged a flat 100 W: the meter must read exactly what the
+    /// world's power says, the idle GPU beside the job included.
     #[test]
     fn facility_energy_of_one_job_is_what_the_world_and_the_host_draw() {
         let (cfg, nodes, trace) = setup();
@@ -2344,7 +2543,7 @@ mod tests {
             let fac = facility_of(&st, HostSpec::Sourced, saving(Some(600.0)));
             let m = run(&mut st, &world, sched.as_mut(), fac, |_| {});
             assert_eq!((m.unstarted, m.unfinished), (1, 0), "{name}");
-            assert_eq!(m.jct_s.len() + m.killed, 49, "{name}");
+            assert_eq!(m.jct_s.len() + m.failed, 49, "{name}");
         }
     }
 

@@ -40,6 +40,8 @@ pub struct Spec {
     pub recurrence: super::templates::Recurrence,
     /// Days per row of the learning curve.
     pub curve_days: usize,
+    /// What users do with a job killed at its limit.
+    pub reruns: engine::Reruns,
 }
 
 /// Keeps `scale` of the nodes of each GPU model (at least one), in file order, so the scaled
@@ -111,10 +113,13 @@ pub struct SeedRun {
     pub jobs: usize,
     pub unstarted: usize,
     pub unfinished: usize,
-    /// Killed at their time limit, and of those the ones the scheduler's clock, share or
+    /// Runs killed at their time limit, and of those the ones the scheduler's clock, share or
     /// co-location killed (they would have finished alone on their type at its default clock).
     pub killed: usize,
     pub killed_by_sharing_or_clock: usize,
+    /// Reruns users submitted after kills, and jobs that failed for good (last run killed).
+    pub reruns: usize,
+    pub failed: usize,
     /// Killed here, though plain Slurm given the same requests (the slurm-mps run of the seed)
     /// finished them: the kills this scheduler's own choices caused. `None` without that run.
     pub killed_not_by_plain_slurm: Option<usize>,
@@ -216,6 +221,8 @@ pub struct PolicyRow {
     pub unfinished: usize,
     pub killed: usize,
     pub killed_by_sharing_or_clock: usize,
+    pub reruns: usize,
+    pub failed: usize,
     pub killed_not_by_plain_slurm: Option<usize>,
     pub killed_not_by_plain_slurm_as_asked: Option<usize>,
     pub killed_not_by_plain_slurm_causes: Option<KillCounts>,
@@ -294,6 +301,7 @@ pub struct Report {
     pub host: String,
     pub saving: PowerSaving,
     pub queue: QueueOrder,
+    pub reruns: engine::Reruns,
     pub snapshot_period_s: f64,
     pub rows: Vec<PolicyRow>,
     /// heshare as it ships against the best baseline.
@@ -395,6 +403,7 @@ pub fn run(
                         let jobs = engine::generate_jobs(cfg, world, trace, gpus, present, wl);
                         let mut st = engine::build_state(cfg, nodes, jobs);
                         st.queue = spec.queue;
+                        st.reruns = spec.reruns;
                         let facility = engine::facility_of(&st, spec.host, spec.saving);
                         // The bound is the workload's, the same for every scheduler of a seed.
                         let bound =
@@ -447,20 +456,21 @@ struct Done {
 }
 
 /// The kills of a run that plain Slurm's run of the same jobs (`plain`, sorted) did not have,
-/// leaving out the jobs the scheduler left as their users asked, by cause. `killed` and
-/// `as_asked` are sorted job indices; `causes` goes with `killed`.
+/// leaving out the runs the scheduler left as their users asked, by cause. `killed` gives the
+/// job of each killed run; `causes` and `as_asked` go with it.
 fn caused_kills(
     plain: &[usize],
     killed: &[usize],
     causes: &[KillCause],
-    as_asked: &[usize],
+    as_asked: &[bool],
 ) -> KillCounts {
     KillCounts::of(
         killed
             .iter()
             .zip(causes)
-            .filter(|(j, _)| plain.binary_search(j).is_err() && as_asked.binary_search(j).is_err())
-            .map(|(_, &c)| c),
+            .zip(as_asked)
+            .filter(|((j, _), asked)| plain.binary_search(j).is_err() && !**asked)
+            .map(|((_, &c), _)| c),
     )
 }
 
@@ -479,11 +489,16 @@ fn summarise(
             .map(|d| d.metrics.makespan_s)
             .fold(0.0, f64::max)
     };
-    // The kills plain Slurm had with the same requests, per seed (sorted job indices).
-    let plain = |seed: u64| {
+    // The jobs plain Slurm killed (any run of) with the same requests, per seed, sorted.
+    let plain_of = |seed: u64| {
         done.iter()
             .find(|d| d.seed == seed && spec.policies[d.policy] == "slurm-mps")
-            .map(|d| d.metrics.killed_jobs.as_slice())
+            .map(|d| {
+                let mut k = d.metrics.killed_jobs.clone();
+                k.sort_unstable();
+                k.dedup();
+                k
+            })
     };
     let bound = |seed: u64| {
         done.iter()
@@ -496,7 +511,8 @@ fn summarise(
         let m = &d.metrics;
         let h = horizon(d.seed);
         let e = m.energy_until(h);
-        let plain_kills = plain(d.seed);
+        let plain = plain_of(d.seed);
+        let plain_kills = plain.as_deref();
         let mut jct = m.jct_all_s.clone();
         jct.sort_by(f64::total_cmp);
         #[allow(clippy::cast_precision_loss)]
@@ -510,6 +526,8 @@ fn summarise(
             unfinished: m.unfinished,
             killed: m.killed,
             killed_by_sharing_or_clock: m.killed_by_sharing_or_clock,
+            reruns: m.reruns,
+            failed: m.failed,
             killed_not_by_plain_slurm: plain_kills.map(|p| {
                 m.killed_jobs
                     .iter()
@@ -517,9 +535,10 @@ fn summarise(
                     .count()
             }),
             killed_not_by_plain_slurm_as_asked: plain_kills.map(|p| {
-                m.killed_as_asked
+                m.killed_jobs
                     .iter()
-                    .filter(|j| p.binary_search(j).is_err())
+                    .zip(&m.killed_as_asked)
+                    .filter(|(j, asked)| **asked && p.binary_search(j).is_err())
                     .count()
             }),
             killed_not_by_plain_slurm_causes: plain_kills
@@ -570,6 +589,8 @@ fn summarise(
             unfinished: rs.iter().map(|r| r.unfinished).sum(),
             killed: rs.iter().map(|r| r.killed).sum(),
             killed_by_sharing_or_clock: rs.iter().map(|r| r.killed_by_sharing_or_clock).sum(),
+            reruns: rs.iter().map(|r| r.reruns).sum(),
+            failed: rs.iter().map(|r| r.failed).sum(),
             killed_not_by_plain_slurm: rs
                 .iter()
                 .map(|r| r.killed_not_by_plain_slurm)
@@ -832,6 +853,7 @@ fn summarise(
         },
         saving: spec.saving,
         queue: spec.queue,
+        reruns: spec.reruns,
         snapshot_period_s: cfg.live.snapshot_period_s,
         rows,
         shipped,
@@ -852,19 +874,22 @@ fn summarise(
 mod tests {
     use super::*;
 
-    /// Kills plain Slurm also had, and jobs left as their users asked, are not counted against
-    /// the policy; the rest are counted by cause.
+    /// Kills of jobs plain Slurm also killed, and runs left as their users asked, are not
+    /// counted against the policy; the rest are counted by cause, run by run (job 7's rerun was
+    /// left as asked, its first run was not).
     #[test]
     fn caused_kills_leave_out_plain_slurms_and_the_ones_left_as_asked() {
-        let killed = [2, 5, 7, 9, 11];
+        let killed = [2, 5, 7, 9, 11, 7];
         let causes = [
             KillCause::Share,
             KillCause::Neighbour,
             KillCause::Clock,
             KillCause::Type,
             KillCause::Neighbour,
+            KillCause::Type,
         ];
-        let k = caused_kills(&[5, 6], &killed, &causes, &[9]);
+        let asked = [false, false, false, true, false, true];
+        let k = caused_kills(&[5, 6], &killed, &causes, &asked);
         assert_eq!(
             k,
             KillCounts {

@@ -330,6 +330,11 @@ impl EnergyMeter {
         }
     }
 
+    /// One more job to account for (a rerun submitted during the run), with the next index.
+    pub fn add_job(&mut self) {
+        self.job_j.push(0.0);
+    }
+
     pub fn facility(&self) -> &Facility {
         &self.facility
     }
