@@ -325,7 +325,7 @@ fn print(out: &mut impl Write, r: &Report, trace: &str, cluster: &str, scale: f6
             row.killed_not_by_plain_slurm_as_asked,
         ) {
             (Some(k), Some(a)) if a > 0 => format!(
-                "; {k} of jobs plain Slurm never killed with the same requests, {a} of them left as their users asked{causes}"
+                "; {k} of jobs plain Slurm never killed with the same requests, {a} of them left as their users asked (or only given more share){causes}"
             ),
             (Some(k), _) => {
                 format!("; {k} of jobs plain Slurm never killed with the same requests{causes}")
@@ -385,7 +385,7 @@ fn print(out: &mut impl Write, r: &Report, trace: &str, cluster: &str, scale: f6
         let pct = |n: usize| 100.0 * n as f64 / p.submitted.max(1) as f64;
         writeln!(
             out,
-            "profiles: heshare decided {:.1}% of its {} GPU jobs with a profile (script {}, name {}, request {}), {:.1}% by a label alone, {:.1}% with neither ({:.1}% given a whole GPU for a first run while GPUs were idle, the rest left as asked); {} labels set aside by the job's runs ({} of them wrong); {} runs filed, {} profiles",
+            "profiles: heshare decided {:.1}% of its {} GPU jobs with a profile (script {}, name {}, request {}), {:.1}% by a label alone, {:.1}% with neither ({:.1}% given a whole GPU for a first run while GPUs were idle, {:.1}% their share with a margin, the rest left as asked); {} labels set aside by the job's runs ({} of them wrong); {} runs filed, {} profiles",
             pct(p.with_profile),
             p.submitted,
             p.by_level[0],
@@ -394,6 +394,7 @@ fn print(out: &mut impl Write, r: &Report, trace: &str, cluster: &str, scale: f6
             pct(p.labelled),
             pct(p.as_asked),
             pct(p.whole_first_runs),
+            pct(p.widened_first_runs),
             p.overruled,
             p.overruled_wrong,
             p.taught,

@@ -1853,8 +1853,8 @@ mod tests {
 
     /// A job heshare has no label and no profile for is left as its user asked: Slurm runs it
     /// with its own GRES, `mps:P` for a share (not a whole GPU it never asked for), except that
-    /// with `whole_first_runs` a share may get a whole GPU while GPUs are idle, and the report
-    /// counts each such job.
+    /// with `whole_first_runs` a share may get a whole GPU while GPUs are idle, and with
+    /// `first_run_margin` its share that much wider, and the report counts each such job.
     #[test]
     fn heshare_leaves_a_job_it_knows_nothing_of_as_asked() {
         let (mut cfg, nodes, trace) = setup();
@@ -1873,8 +1873,9 @@ mod tests {
                 ..Recurrence::independent()
             },
         };
-        for whole_first_runs in [false, true] {
+        for (whole_first_runs, margin) in [(false, 0.0), (true, 0.0), (false, 0.25)] {
             cfg.profiles.whole_first_runs = whole_first_runs;
+            cfg.profiles.first_run_margin = margin;
             let world = World::new(&cfg);
             let jobs = generate_jobs(&cfg, &world, &trace, gpus, &present(&nodes), wl);
             assert!(jobs.iter().all(|j| j.label.is_none()));
@@ -1888,7 +1889,12 @@ mod tests {
             for j in st.jobs.iter().filter(|j| j.alloc_s.is_some()) {
                 if crate::sim::schedulers::is_share(j) && !j.exclusive {
                     shares += 1;
-                    assert_eq!(j.share, crate::sim::schedulers::trace_share(j));
+                    let asked = f64::from(crate::sim::schedulers::trace_share(j).get());
+                    let given = (asked * (1.0 + margin)).ceil().min(100.0);
+                    assert!(
+                        (f64::from(j.share.get()) - given).abs() < 1e-9,
+                        "{asked} {given}"
+                    );
                 } else {
                     whole += usize::from(crate::sim::schedulers::is_share(j));
                     assert!(j.exclusive && j.share == SharePct::FULL);
@@ -1901,6 +1907,8 @@ mod tests {
                 assert!(shares > 20, "{shares} share jobs");
                 assert_eq!((whole, p.whole_first_runs), (0, 0), "{p:?}");
             }
+            // Widened shares are counted.
+            assert_eq!(p.widened_first_runs > 0, margin > 0.0, "{p:?}");
         }
     }
 

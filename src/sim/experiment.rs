@@ -120,11 +120,13 @@ pub struct SeedRun {
     /// Reruns users submitted after kills, and jobs that failed for good (last run killed).
     pub reruns: usize,
     pub failed: usize,
-    /// Killed here, though plain Slurm given the same requests (the slurm-mps run of the seed)
-    /// finished them: the kills this scheduler's own choices caused. `None` without that run.
+    /// Runs killed here of jobs plain Slurm given the same requests (the slurm-mps run of the
+    /// seed) never killed: the kills this scheduler's own choices caused. `None` without that
+    /// run.
     pub killed_not_by_plain_slurm: Option<usize>,
-    /// Of those, the jobs heshare left as their users asked (no label, no profile): killed by
-    /// their own request where plain Slurm's placement happened to spare them.
+    /// Of those, the runs heshare left as their users asked, or only gave more share (no label,
+    /// no profile): killed by their own request where plain Slurm's placement happened to spare
+    /// them.
     pub killed_not_by_plain_slurm_as_asked: Option<usize>,
     /// The others (not left as asked), by cause as the world grades it.
     pub killed_not_by_plain_slurm_causes: Option<KillCounts>,
@@ -797,6 +799,7 @@ fn summarise(
             a.labelled += b.labelled;
             a.as_asked += b.as_asked;
             a.whole_first_runs += b.whole_first_runs;
+            a.widened_first_runs += b.widened_first_runs;
             a.overruled += b.overruled;
             a.overruled_wrong += b.overruled_wrong;
             a.taught += b.taught;

@@ -27,9 +27,10 @@ pub struct ProfileStats {
     /// With a label the user gave (true or not), and without a profile.
     pub labelled: usize,
     /// Neither label nor profile: left as asked, or (of those) given a whole GPU for its run
-    /// (`[profiles] whole_first_runs`).
+    /// (`[profiles] whole_first_runs`), or its share with a margin (`first_run_margin`).
     pub as_asked: usize,
     pub whole_first_runs: usize,
+    pub widened_first_runs: usize,
     /// A label set aside because the job's runs contradict it.
     pub overruled: usize,
     /// Of the labels set aside, those that were wrong.

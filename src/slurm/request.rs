@@ -407,6 +407,9 @@ pub fn decide_with(
             if let Some(r) = whole_first_run(cfg, site, live, sub, ask) {
                 return Verdict::Rewrite(r);
             }
+            if let Some(r) = widened_first_run(cfg, site, live, sub, ask) {
+                return Verdict::Rewrite(r);
+            }
             return Verdict::Annotate(
                 "heshare: no --gpu-class and no profile of this job's runs yet, request left as asked"
                     .into(),
@@ -518,18 +521,7 @@ fn whole_first_run(
         return None;
     }
     let snap = live.fresh()?;
-    let types: Vec<usize> = match &ask.gpu_type {
-        Some(t) => vec![cfg.gpu_type(t)?],
-        None => {
-            let user = sub.features.and_then(|f| type_disjunction(cfg, f));
-            site.present
-                .iter()
-                .map(|&(t, _)| t)
-                .filter(|t| user.as_ref().is_none_or(|u| u.contains(t)))
-                .filter(|&t| snap.can_host(t, 1, sub.cpus, sub.memory_mib))
-                .collect()
-        }
-    };
+    let types = first_run_types(cfg, site, Some(snap), sub, ask)?;
     let (mut total, mut spare) = (0.0, 0.0);
     for q in types.iter().filter_map(|&t| snap.view.queues.get(t)) {
         total += f64::from(q.total_gpus);
@@ -560,6 +552,88 @@ fn whole_first_run(
         offered: types,
         gpus: 1,
         mps_pct: None,
+        limit_type: None,
+        demand_pct: None,
+        learned_limit_s: None,
+    })
+}
+
+/// The types a first run may use: its own type, else the types present its constraint allows
+/// (that can host it now, when a snapshot says).
+fn first_run_types(
+    cfg: &Config,
+    site: &Site,
+    snap: Option<&Snapshot>,
+    sub: &Submission<'_>,
+    ask: &GpuAsk,
+) -> Option<Vec<usize>> {
+    Some(match &ask.gpu_type {
+        Some(t) => vec![cfg.gpu_type(t)?],
+        None => {
+            let user = sub.features.and_then(|f| type_disjunction(cfg, f));
+            site.present
+                .iter()
+                .map(|&(t, _)| t)
+                .filter(|t| user.as_ref().is_none_or(|u| u.contains(t)))
+                .filter(|&t| snap.is_none_or(|s| s.can_host(t, 1, sub.cpus, sub.memory_mib)))
+                .collect()
+        }
+    })
+}
+
+/// A share nothing is known of yet that keeps a share (no whole GPU to spare): its ask plus
+/// `[profiles] first_run_margin`, at most 100%. A share below the job's need is killed at its
+/// time limit and its user runs it again from the start; the margin saves most such reruns
+/// for a little more of a GPU. `None` leaves it as asked: not a batch `--gres=mps:P` job, no
+/// margin, or a margin that rounds to nothing. As for a whole first run, no class and no clock
+/// go to the node helper, and the snapshot thread does not re-decide it.
+fn widened_first_run(
+    cfg: &Config,
+    site: &Site,
+    live: Live<'_>,
+    sub: &Submission<'_>,
+    ask: &GpuAsk,
+) -> Option<Rewrite> {
+    let p = &cfg.profiles;
+    let asked = ask.mps_pct?;
+    if !(p.enabled && sub.batch && p.first_run_margin > 0.0) || ask.per_job || ask.gpus != 1 {
+        return None;
+    }
+    // Whole percents, as gres/mps counts them; the cast is exact below 100.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    let pct = (f64::from(asked) * (1.0 + p.first_run_margin))
+        .ceil()
+        .min(100.0) as u8;
+    if u32::from(pct) <= asked {
+        return None;
+    }
+    let types = first_run_types(cfg, site, live.fresh(), sub, ask)?;
+    if types.is_empty() {
+        return None;
+    }
+    let typed = ask
+        .gpu_type
+        .as_deref()
+        .map_or(String::new(), |t| format!("{t}:"));
+    let tres = std::iter::once(format!("{}mps:{typed}{pct}", ask.form.prefix()))
+        .chain(ask.others.iter().cloned())
+        .collect::<Vec<_>>()
+        .join(",");
+    Some(Rewrite {
+        tres,
+        per_job: false,
+        features: None,
+        prefer: None,
+        site_factor: 0,
+        admin_comment: format!(
+            "heshare: first-run share={pct} asked={asked} site=+0 {} reason=no --gpu-class and no profile of this job's runs yet: its share with a {:.0}% margin (first_run_margin), as a share below its need would be killed at its time limit and run again",
+            live.describe(),
+            100.0 * p.first_run_margin
+        ),
+        spank_env: Vec::new(),
+        offered: types,
+        gpus: 1,
+        mps_pct: Some(pct),
         limit_type: None,
         demand_pct: None,
         learned_limit_s: None,
@@ -1444,10 +1518,11 @@ mod tests {
     }
     impl Tap for Site {}
 
-    /// A share nothing is known of gets a whole GPU while GPUs sit idle, and its request as
-    /// asked once they do not; the snapshot thread never re-decides it.
+    /// A share nothing is known of gets a whole GPU while GPUs sit idle, and its request with
+    /// the first-run margin once they do not (as asked with no margin); the snapshot thread
+    /// never re-decides it.
     #[test]
-    fn an_unknown_share_runs_whole_while_gpus_are_idle_and_as_asked_when_they_are_not() {
+    fn an_unknown_share_runs_whole_while_gpus_are_idle_and_with_a_margin_when_they_are_not() {
         let cfg = cfg();
         let site = local_site(&cfg);
         let nodes = local_nodes(&cfg);
@@ -1490,6 +1565,25 @@ mod tests {
                 "{v:?}"
             );
         };
+        // 40% with the default 25% margin: 50%, of any type its request allows, at the default
+        // clock (nothing for the node helper).
+        let widened = |v: Verdict| {
+            let r = rewrite_of(v);
+            assert_eq!(
+                (r.tres.as_str(), r.mps_pct, r.gpus),
+                ("gres:mps:50", Some(50), 1)
+            );
+            assert!(
+                r.admin_comment
+                    .starts_with("heshare: first-run share=50 asked=40 ")
+                    && r.admin_comment.contains("25% margin"),
+                "{}",
+                r.admin_comment
+            );
+            assert!(read_admin_comment(&cfg, &r.admin_comment).is_none());
+            assert!(r.spank_env.is_empty() && !r.offered.is_empty(), "{r:?}");
+        };
+        assert!((cfg.profiles.first_run_margin - 0.25).abs() < 1e-12);
         // All but `idle` of the eight GPUs held.
         let busy = |idle: usize| {
             let held: Vec<Holding> = [("ha100", 0), ("ha100", 1), ("hv100", 0), ("hv100", 1)]
@@ -1510,8 +1604,29 @@ mod tests {
         assert!((cfg.profiles.whole_first_runs_idle - 0.25).abs() < 1e-12);
         let r = rewrite_of(decide(&cfg, &site, on(live, &busy(3)), &sub));
         assert_eq!((r.gpus, r.mps_pct), (1, None), "{}", r.admin_comment);
-        as_asked(decide(&cfg, &site, on(live, &busy(2)), &sub));
-        as_asked(decide(&cfg, &site, on(live, &busy(0)), &sub));
+        widened(decide(&cfg, &site, on(live, &busy(2)), &sub));
+        widened(decide(&cfg, &site, on(live, &busy(0)), &sub));
+        let r = rewrite_of(decide(
+            &cfg,
+            &site,
+            on(live, &busy(0)),
+            &Submission::new(typed.as_ref(), &none, "1000"),
+        ));
+        assert_eq!((r.tres.as_str(), r.offered.len()), ("gres:mps:t4:50", 1));
+        // At most a whole GPU's 100%; a full share has no room to widen.
+        for (asked, got) in [("gres:mps:81", Some(100)), ("gres:mps:100", None)] {
+            let a = parse_tres_per_node(Some(asked)).expect("ok");
+            let v = decide(
+                &cfg,
+                &site,
+                on(live, &busy(0)),
+                &Submission::new(a.as_ref(), &none, "1000"),
+            );
+            match got {
+                Some(p) => assert_eq!(rewrite_of(v).mps_pct, Some(p)),
+                None => as_asked(v),
+            }
+        }
         // Idle GPUs that pending jobs already wait for do not count.
         let queued = Snapshot::build(
             &cfg,
@@ -1523,7 +1638,7 @@ mod tests {
                 gpus: 7.5,
             }],
         );
-        as_asked(decide(
+        widened(decide(
             &cfg,
             &site,
             Live {
@@ -1532,8 +1647,9 @@ mod tests {
             },
             &sub,
         ));
-        // No snapshot to tell, an interactive job, a whole-GPU request, or the option off.
-        as_asked(decide(&cfg, &site, Live::NONE, &sub));
+        // No snapshot to tell: its margin still; an interactive job, a whole-GPU request, or
+        // both options off: as asked.
+        widened(decide(&cfg, &site, Live::NONE, &sub));
         as_asked(decide(
             &cfg,
             &site,
@@ -1552,6 +1668,8 @@ mod tests {
         ));
         let mut off = cfg.clone();
         off.profiles.whole_first_runs = false;
+        widened(decide(&off, &site, live, &sub));
+        off.profiles.first_run_margin = 0.0;
         as_asked(decide(&off, &site, live, &sub));
     }
 

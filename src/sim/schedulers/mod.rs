@@ -63,7 +63,8 @@ pub trait Scheduler {
         None
     }
     /// Whether the scheduler left job `j` as its user asked (heshare without a label or profile
-    /// for it), so a kill of it comes from its own request, not from a choice the scheduler made.
+    /// for it), or changed only its share, to more than asked, so a kill of it comes from its
+    /// own request, not from a choice the scheduler made.
     fn left_as_asked(&self, _j: usize) -> bool {
         false
     }

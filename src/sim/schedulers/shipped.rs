@@ -92,7 +92,8 @@ pub struct Shipped {
     /// names, built once.
     nodes: Vec<NodeInfo>,
     users: Vec<String>,
-    /// Jobs the plugin left as their users asked (no label, no profile, or no placement).
+    /// Jobs the plugin left as their users asked (no label, no profile, or no placement), or
+    /// gave only a wider share than asked (a first run's margin).
     as_asked: FxHashSet<usize>,
 }
 
@@ -323,10 +324,18 @@ impl Shipped {
                     prefer,
                 };
                 // What the snapshot thread reads back of it (AdminComment and the job table);
-                // a first run given a whole GPU (no label, no profile) is not re-decided.
+                // a first run given a whole GPU or a wider share (no label, no profile) is not
+                // re-decided.
                 let placed = label.is_some() || learned.is_some();
                 if !placed {
-                    self.profiles.stats.whole_first_runs += 1;
+                    if r.mps_pct.is_some() {
+                        // More of a GPU than asked and nothing else changed (its types, no
+                        // clock of its own): a kill of it comes from its own request.
+                        self.profiles.stats.widened_first_runs += 1;
+                        self.as_asked.insert(j);
+                    } else {
+                        self.profiles.stats.whole_first_runs += 1;
+                    }
                 }
                 let pending = placed.then(|| PendingJob {
                     class: match (label, &learned) {
