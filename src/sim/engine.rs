@@ -16,7 +16,8 @@
 //!   heshare's node helper does and what gres/shard gives any Slurm site), else it waits for that
 //!   user's jobs to end. Every scheduler that shares gets the same rule.
 //! * **Time limits are enforced**: a job still running at its start plus its limit is killed, as
-//!   Slurm kills it; its work is lost and its energy counted.
+//!   Slurm kills it; its work is lost and its energy counted, and its user submits it again with
+//!   a longer limit ([`Reruns`]): the rerun queues like any job and is part of the same job.
 //! * **Backfill with a reservation**, as Slurm's backfill makes: the first waiting job that
 //!   cannot start gets the node where it could start soonest, judged by the running jobs' time
 //!   limits; a job behind it may start now only where it does not delay that, i.e. elsewhere or
