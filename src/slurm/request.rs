@@ -516,8 +516,8 @@ fn whole_first_run(
     ask: &GpuAsk,
 ) -> Option<Rewrite> {
     let p = &cfg.profiles;
-    let asked = ask.mps_pct?;
-    if !(p.enabled && p.whole_first_runs && sub.batch) || ask.per_job || ask.gpus != 1 {
+    let asked = first_run_share(cfg, sub, ask)?;
+    if !p.whole_first_runs {
         return None;
     }
     let snap = live.fresh()?;
@@ -530,32 +530,60 @@ fn whole_first_run(
     if total <= 0.0 || spare <= p.whole_first_runs_idle * total {
         return None;
     }
+    Some(first_run_rewrite(
+        ask,
+        None,
+        types,
+        format!(
+            "heshare: first-run share=whole asked={asked} site=+0 {} reason=no --gpu-class and no profile of this job's runs yet: a whole GPU while {spare:.1} of the {total:.0} GPUs of its types are idle beyond the demand waiting, so that its run measures what it needs",
+            live.describe()
+        ),
+    ))
+}
+
+/// The share a batch `--gres=mps:P` job on one GPU asks for, where heshare may decide a first
+/// run of it (profiles on); `None` for any other request.
+fn first_run_share(cfg: &Config, sub: &Submission<'_>, ask: &GpuAsk) -> Option<u32> {
+    let asked = ask.mps_pct?;
+    (cfg.profiles.enabled && sub.batch && !ask.per_job && ask.gpus == 1).then_some(asked)
+}
+
+/// A first run's new request: a whole GPU (`mps_pct` `None`) or that MPS share of one, of the
+/// type the user named if any, beside the user's other GRES; nothing for the node helper, no
+/// features and no priority of heshare's.
+fn first_run_rewrite(
+    ask: &GpuAsk,
+    mps_pct: Option<u8>,
+    offered: Vec<usize>,
+    admin_comment: String,
+) -> Rewrite {
     let typed = ask
         .gpu_type
         .as_deref()
         .map_or(String::new(), |t| format!("{t}:"));
-    let tres = std::iter::once(format!("{}gpu:{typed}1", ask.form.prefix()))
+    let gres = match mps_pct {
+        None => format!("gpu:{typed}1"),
+        Some(pct) => format!("mps:{typed}{pct}"),
+    };
+    let tres = std::iter::once(format!("{}{gres}", ask.form.prefix()))
         .chain(ask.others.iter().cloned())
         .collect::<Vec<_>>()
         .join(",");
-    Some(Rewrite {
+    Rewrite {
         tres,
         per_job: false,
         features: None,
         prefer: None,
         site_factor: 0,
-        admin_comment: format!(
-            "heshare: first-run share=whole asked={asked} site=+0 {} reason=no --gpu-class and no profile of this job's runs yet: a whole GPU while {spare:.1} of the {total:.0} GPUs of its types are idle beyond the demand waiting, so that its run measures what it needs",
-            live.describe()
-        ),
+        admin_comment,
         spank_env: Vec::new(),
-        offered: types,
+        offered,
         gpus: 1,
-        mps_pct: None,
+        mps_pct,
         limit_type: None,
         demand_pct: None,
         learned_limit_s: None,
-    })
+    }
 }
 
 /// The types a first run may use: its own type, else the types present its constraint allows
@@ -595,8 +623,8 @@ fn widened_first_run(
     ask: &GpuAsk,
 ) -> Option<Rewrite> {
     let p = &cfg.profiles;
-    let asked = ask.mps_pct?;
-    if !(p.enabled && sub.batch && p.first_run_margin > 0.0) || ask.per_job || ask.gpus != 1 {
+    let asked = first_run_share(cfg, sub, ask)?;
+    if p.first_run_margin <= 0.0 {
         return None;
     }
     // Whole percents, as gres/mps counts them; the cast is exact below 100.
@@ -611,33 +639,16 @@ fn widened_first_run(
     if types.is_empty() {
         return None;
     }
-    let typed = ask
-        .gpu_type
-        .as_deref()
-        .map_or(String::new(), |t| format!("{t}:"));
-    let tres = std::iter::once(format!("{}mps:{typed}{pct}", ask.form.prefix()))
-        .chain(ask.others.iter().cloned())
-        .collect::<Vec<_>>()
-        .join(",");
-    Some(Rewrite {
-        tres,
-        per_job: false,
-        features: None,
-        prefer: None,
-        site_factor: 0,
-        admin_comment: format!(
+    Some(first_run_rewrite(
+        ask,
+        Some(pct),
+        types,
+        format!(
             "heshare: first-run share={pct} asked={asked} site=+0 {} reason=no --gpu-class and no profile of this job's runs yet: its share with a {:.0}% margin (first_run_margin), as a share below its need would be killed at its time limit and run again",
             live.describe(),
             100.0 * p.first_run_margin
         ),
-        spank_env: Vec::new(),
-        offered: types,
-        gpus: 1,
-        mps_pct: Some(pct),
-        limit_type: None,
-        demand_pct: None,
-        learned_limit_s: None,
-    })
+    ))
 }
 
 /// A decision made with a profile says so: AdminComment names the key, its level and the runs it
