@@ -332,6 +332,13 @@ pub struct ProfileSettings {
     /// limit and run again from the start, which costs its user and the cluster more than the
     /// headroom would have. 0 leaves it as asked.
     pub first_run_margin: f64,
+    /// A `--gres=mps:P` batch job whose profile would have it on a whole GPU (its time limit
+    /// leaves no room beside neighbours, a run of it sharing was killed, it needs nearly all of
+    /// one) gets it only while more than `whole_share_idle` of its types' GPUs are idle beyond
+    /// the demand waiting for them. Otherwise its own request stands, with `first_run_margin`
+    /// more share: on a saturated cluster a whole GPU for one service is a GPU every job waiting
+    /// behind it goes without, and heshare takes no risk with a share it sized itself.
+    pub whole_share_idle: f64,
 }
 
 impl Default for ProfileSettings {
@@ -352,6 +359,7 @@ impl Default for ProfileSettings {
             whole_first_runs: true,
             whole_first_runs_idle: 0.25,
             first_run_margin: 0.25,
+            whole_share_idle: 0.0,
         }
     }
 }
@@ -1152,6 +1160,12 @@ fn validate(raw: RawConfig, errs: &mut Problems) -> Config {
         finite_in(pr.first_run_margin, 0.0, 10.0),
         "profiles.first_run_margin",
         format!("{} is outside 0..=10", pr.first_run_margin),
+    );
+    check(
+        errs,
+        finite_in(pr.whole_share_idle, 0.0, 1.0),
+        "profiles.whole_share_idle",
+        format!("{} is outside 0..=1", pr.whole_share_idle),
     );
     let lt = &raw.policy.limit_type;
     check(

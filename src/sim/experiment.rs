@@ -800,6 +800,7 @@ fn summarise(
             a.as_asked += b.as_asked;
             a.whole_first_runs += b.whole_first_runs;
             a.widened_first_runs += b.widened_first_runs;
+            a.kept_shares += b.kept_shares;
             a.overruled += b.overruled;
             a.overruled_wrong += b.overruled_wrong;
             a.taught += b.taught;

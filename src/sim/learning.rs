@@ -31,6 +31,9 @@ pub struct ProfileStats {
     pub as_asked: usize,
     pub whole_first_runs: usize,
     pub widened_first_runs: usize,
+    /// With a profile that would have it on a whole GPU while none was spare: its own request
+    /// with a margin (`[profiles] whole_share_idle`).
+    pub kept_shares: usize,
     /// A label set aside because the job's runs contradict it.
     pub overruled: usize,
     /// Of the labels set aside, those that were wrong.

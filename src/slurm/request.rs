@@ -306,6 +306,9 @@ pub struct Rewrite {
     /// A job placed by its profile: its time limit in seconds, which caps its learned runtime
     /// (the node helper's clock too).
     pub learned_limit_s: Option<f64>,
+    /// The user's own request with only more of a GPU than asked: its types, no class, no
+    /// clock and no priority of heshare's, not re-decided. A kill of it comes from its ask.
+    pub own_request: bool,
 }
 
 /// The plugin's answer for one job.
@@ -477,6 +480,13 @@ pub fn decide_with(
         Ok(p) => p,
         Err(e) => return Verdict::Annotate(format!("heshare: {e}; request left as asked")),
     };
+    if plan.decision.exclusive && opts.gpu_share.is_none() && opts.gpu_class.is_none() {
+        if let (Some(l), ShareRequest::Pct(_)) = (sub.learned, asked) {
+            if let Some(v) = kept_share(cfg, site, live, sub, ask, l) {
+                return v;
+            }
+        }
+    }
     let feature_types = fresh.map_or(&site.feature_types, |s| &s.feature_types);
     let own_constraint = (user_types.is_none()
         && sub.features.is_some_and(|f| !f.trim().is_empty()))
@@ -583,6 +593,7 @@ fn first_run_rewrite(
         limit_type: None,
         demand_pct: None,
         learned_limit_s: None,
+        own_request: mps_pct.is_some(),
     }
 }
 
@@ -609,6 +620,65 @@ fn first_run_types(
     })
 }
 
+/// A share whose profile would have it on a whole GPU, where none is spare: more than
+/// `[profiles] whole_share_idle` of the GPUs of its types idle beyond the demand waiting. Its own
+/// request then stands, widened by `first_run_margin` as a first run's is. A whole GPU held by
+/// one service is one every job queued behind it goes without (on the simulated openb slice at
+/// load 0.9 such services held more GPU time than plain Slurm gave the same jobs, and whole-GPU
+/// jobs waited for it), and a share heshare sized itself below that whole GPU is a risk heshare
+/// would be taking for the user. `None` keeps the whole GPU: GPUs to spare, no fresh snapshot to
+/// tell, or not a batch job on one GPU.
+fn kept_share(
+    cfg: &Config,
+    site: &Site,
+    live: Live<'_>,
+    sub: &Submission<'_>,
+    ask: &GpuAsk,
+    learned: &Learned,
+) -> Option<Verdict> {
+    let asked = first_run_share(cfg, sub, ask)?;
+    let snap = live.fresh()?;
+    let types = first_run_types(cfg, site, Some(snap), sub, ask)?;
+    let (mut total, mut spare) = (0.0, 0.0);
+    for q in types.iter().filter_map(|&t| snap.view.queues.get(t)) {
+        total += f64::from(q.total_gpus);
+        spare += q.spare_gpus();
+    }
+    if total <= 0.0 || types.is_empty() || spare > cfg.profiles.whole_share_idle * total {
+        return None;
+    }
+    let why = format!(
+        "its profile ({}, {} runs) asks for a whole GPU and only {spare:.1} of the {total:.0} GPUs of its types are idle beyond the demand waiting",
+        learned.key, learned.runs
+    );
+    let pct = widened_pct(cfg, asked);
+    Some(if u32::from(pct) > asked {
+        Verdict::Rewrite(first_run_rewrite(
+            ask,
+            Some(pct),
+            types,
+            format!(
+                "heshare: kept-share share={pct} asked={asked} site=+0 {} reason={why}: its own request with a {:.0}% margin (first_run_margin)",
+                live.describe(),
+                100.0 * cfg.profiles.first_run_margin
+            ),
+        ))
+    } else {
+        Verdict::Annotate(format!("heshare: {why}; request left as asked"))
+    })
+}
+
+/// A share asked for, widened by `[profiles] first_run_margin`: whole percents, as gres/mps
+/// counts them, at most 100.
+fn widened_pct(cfg: &Config, asked: u32) -> u8 {
+    // Within 0..=100 after `min`, so the cast is exact.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    let pct = (f64::from(asked) * (1.0 + cfg.profiles.first_run_margin))
+        .ceil()
+        .min(100.0) as u8;
+    pct
+}
+
 /// A share nothing is known of yet that keeps a share (no whole GPU to spare): its ask plus
 /// `[profiles] first_run_margin`, at most 100%. A share below the job's need is killed at its
 /// time limit and its user runs it again from the start; the margin saves most such reruns
@@ -627,11 +697,7 @@ fn widened_first_run(
     if p.first_run_margin <= 0.0 {
         return None;
     }
-    // Whole percents, as gres/mps counts them; the cast is exact below 100.
-    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-    let pct = (f64::from(asked) * (1.0 + p.first_run_margin))
-        .ceil()
-        .min(100.0) as u8;
+    let pct = widened_pct(cfg, asked);
     if u32::from(pct) <= asked {
         return None;
     }
@@ -920,6 +986,7 @@ fn rewrite(
         limit_type: d.limit_type.as_deref().and_then(|t| cfg.gpu_type(t)),
         demand_pct,
         learned_limit_s: None,
+        own_request: false,
     }
 }
 
@@ -1682,6 +1749,149 @@ mod tests {
         widened(decide(&off, &site, live, &sub));
         off.profiles.first_run_margin = 0.0;
         as_asked(decide(&off, &site, live, &sub));
+    }
+
+    /// A service whose profile asks for a whole GPU (its runs were killed at this limit while
+    /// sharing, on every type) gets one while GPUs are spare; once none is, its own request
+    /// stands with the first-run margin, nothing of heshare's in it, and it is not re-decided.
+    #[test]
+    fn a_profile_asking_for_a_whole_gpu_keeps_its_own_share_when_none_is_spare() {
+        let cfg = cfg();
+        let site = local_site(&cfg);
+        let nodes = local_nodes(&cfg);
+        let catalog = cfg.class("vit-infer").expect("vit-infer").clone();
+        let learned = Learned {
+            key: ProfileKey::parse("script:1000:0123456789abcdef").expect("a key"),
+            level: Level::Script,
+            runs: 8,
+            class: JobClass {
+                measured_speed: cfg
+                    .gpu_types
+                    .iter()
+                    .map(|g| (g.name.clone(), 1.0))
+                    .collect(),
+                limit_kills: cfg
+                    .gpu_types
+                    .iter()
+                    .map(|g| KilledOn {
+                        gpu_type: g.name.clone(),
+                        share_pct: Some(100),
+                        limit_s: Some(36_000),
+                    })
+                    .collect(),
+                ..catalog
+            },
+            measured: cfg.gpu_types.iter().map(|g| g.name.clone()).collect(),
+            overruled: None,
+        };
+        let ask = parse_tres_per_node(Some("gres:mps:50")).expect("ok");
+        let none = Options::default();
+        let sub = Submission {
+            time_limit_s: Some(36_000.0),
+            learned: Some(&learned),
+            ..Submission::new(ask.as_ref(), &none, "1000")
+        };
+        // All but `idle` of the eight GPUs held for an hour.
+        let busy = |idle: usize| {
+            let held: Vec<Holding> = [("ha100", 0), ("ha100", 1), ("hv100", 0), ("hv100", 1)]
+                .into_iter()
+                .chain((0..4).map(|i| ("ht4", i)))
+                .take(8 - idle)
+                .map(|(n, i)| hold(n, i, "2000", 3600.0))
+                .collect();
+            Snapshot::build(&cfg, 100.0, &nodes, &held, &[])
+        };
+        let at = |snap: &Snapshot, cfg: &Config| {
+            decide(
+                cfg,
+                &site,
+                Live {
+                    snapshot: Some(snap),
+                    now_s: 100.0,
+                    max_age_s: 60.0,
+                },
+                &sub,
+            )
+        };
+        let whole = |v: Verdict| {
+            let r = rewrite_of(v);
+            assert_eq!(
+                (r.gpus, r.mps_pct, r.own_request),
+                (1, None, false),
+                "{r:?}"
+            );
+            assert!(
+                r.admin_comment.starts_with("heshare: type="),
+                "{}",
+                r.admin_comment
+            );
+            assert!(
+                r.admin_comment.contains("profile=script:1000:"),
+                "{}",
+                r.admin_comment
+            );
+        };
+        let kept = |v: Verdict| {
+            let r = rewrite_of(v);
+            // 50% and a quarter more, rounded up; of the types its request allows.
+            assert_eq!(
+                (r.tres.as_str(), r.gpus, r.mps_pct, r.own_request),
+                ("gres:mps:63", 1, Some(63), true),
+                "{r:?}"
+            );
+            assert_eq!(
+                (r.features.as_ref(), r.prefer.as_ref(), r.site_factor),
+                (None, None, 0)
+            );
+            assert!(r.spank_env.is_empty(), "{:?}", r.spank_env);
+            assert!(
+                r.admin_comment
+                    .starts_with("heshare: kept-share share=63 asked=50 ")
+                    && r.admin_comment.contains("profile (script:1000:")
+                    && r.admin_comment.contains("25% margin"),
+                "{}",
+                r.admin_comment
+            );
+            assert!(read_admin_comment(&cfg, &r.admin_comment).is_none());
+        };
+        assert_eq!(cfg.profiles.whole_share_idle, 0.0);
+        whole(at(&busy(8), &cfg));
+        whole(at(&busy(1), &cfg));
+        kept(at(&busy(0), &cfg));
+        // A site that keeps whole GPUs for shares only while a quarter of its GPUs are spare.
+        let mut quarter = cfg.clone();
+        quarter.profiles.whole_share_idle = 0.25;
+        whole(at(&busy(3), &quarter));
+        kept(at(&busy(2), &quarter));
+        // No margin: the request as asked, and why.
+        quarter.profiles.first_run_margin = 0.0;
+        let v = at(&busy(2), &quarter);
+        assert!(
+            matches!(&v, Verdict::Annotate(m) if m.contains("asks for a whole GPU") && m.ends_with("request left as asked")),
+            "{v:?}"
+        );
+        // Without a snapshot nothing is known to be scarce: the whole GPU.
+        whole(decide(&cfg, &site, Live::NONE, &sub));
+        // A user's own --gpu-share is theirs: never turned back into a share.
+        let exclusive = Options {
+            gpu_share: Some("exclusive".into()),
+            ..Options::default()
+        };
+        let mine = Submission {
+            opts: &exclusive,
+            ..sub
+        };
+        let v = decide(
+            &cfg,
+            &site,
+            Live {
+                snapshot: Some(&busy(0)),
+                now_s: 100.0,
+                max_age_s: 60.0,
+            },
+            &mine,
+        );
+        assert!(!matches!(&v, Verdict::Rewrite(r) if r.own_request), "{v:?}");
     }
 
     #[test]

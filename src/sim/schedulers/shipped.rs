@@ -301,8 +301,10 @@ impl Shipped {
         };
         match decide_with(st.cfg, &self.site, live, &sub, &mut self.plugin_ctx) {
             Verdict::Rewrite(r) => {
-                // What the SPANK environment tells the node helper of the job.
+                // What the SPANK environment tells the node helper of the job (nothing of a
+                // request left the user's own).
                 let class = match (&learned, label) {
+                    _ if r.own_request => HintClass::Unknown,
                     (Some(l), _) => HintClass::Learned(std::sync::Arc::new(l.class.clone())),
                     (None, Some(c)) => HintClass::Catalog(c),
                     (None, None) => HintClass::Unknown,
@@ -324,18 +326,20 @@ impl Shipped {
                     prefer,
                 };
                 // What the snapshot thread reads back of it (AdminComment and the job table);
-                // a first run given a whole GPU or a wider share (no label, no profile) is not
-                // re-decided.
-                let placed = label.is_some() || learned.is_some();
-                if !placed {
-                    if r.mps_pct.is_some() {
-                        // More of a GPU than asked and nothing else changed (its types, no
-                        // clock of its own): a kill of it comes from its own request.
-                        self.profiles.stats.widened_first_runs += 1;
-                        self.as_asked.insert(j);
+                // a first run given a whole GPU, and a request left the user's own with a
+                // wider share, are not re-decided.
+                let placed = (label.is_some() || learned.is_some()) && !r.own_request;
+                if r.own_request {
+                    // More of a GPU than asked and nothing else changed (its types, no clock
+                    // of its own): a kill of it comes from its own request.
+                    self.as_asked.insert(j);
+                    if learned.is_some() {
+                        self.profiles.stats.kept_shares += 1;
                     } else {
-                        self.profiles.stats.whole_first_runs += 1;
+                        self.profiles.stats.widened_first_runs += 1;
                     }
+                } else if !placed {
+                    self.profiles.stats.whole_first_runs += 1;
                 }
                 let pending = placed.then(|| PendingJob {
                     class: match (label, &learned) {
