@@ -108,7 +108,8 @@ pub struct PolicyKnobs {
     pub no_margin_backlog: f64,
     /// A job whose profile says its time limit leaves it less than this fraction over its
     /// runtime alone on a type gets a GPU of its own there: no neighbour, whose contention
-    /// varies several-fold from pair to pair, can push it past its limit.
+    /// varies several-fold from pair to pair, can push it past its limit. (A share that gets no
+    /// whole GPU for it where none is spare keeps its own request: `whole_share_idle`.)
     #[serde(default = "default_limit_headroom")]
     pub limit_headroom: f64,
     /// The energy weight placement uses while the GPUs a job may use stand idle beyond the
@@ -120,7 +121,7 @@ pub struct PolicyKnobs {
 }
 
 fn default_limit_headroom() -> f64 {
-    1.0
+    2.0
 }
 
 fn default_no_margin_backlog() -> f64 {

@@ -1597,7 +1597,7 @@ mod tests {
     fn a_limit_with_little_headroom_keeps_a_job_off_shared_gpus() {
         let cfg = cfg();
         assert!(
-            (cfg.policy.limit_headroom - 1.0).abs() < 1e-12,
+            (cfg.policy.limit_headroom - 2.0).abs() < 1e-12,
             "the documented default"
         );
         let v100 = cfg.gpu_type("v100m16").expect("v100m16");
@@ -1615,20 +1615,22 @@ mod tests {
             learned: Some(Arc::new(learned.clone())),
             ..JobRequest::new("vit-infer")
         };
-        // 1.5 times its runtime: the idle GPU whole, nothing on the shared one.
-        let tight = place(&cfg, &v, &req(1.5 * runtime)).expect("placed");
-        assert!(!tight.candidates.is_empty());
-        for c in &tight.candidates {
-            assert!(
-                c.exclusive && c.co_located_jobs == 0,
-                "a tight job offered {}% beside {} jobs",
-                c.share_pct,
-                c.co_located_jobs
-            );
+        // 1.5 and 2.5 times its runtime: the idle GPU whole, nothing on the shared one.
+        for f in [1.5, 2.5] {
+            let tight = place(&cfg, &v, &req(f * runtime)).expect("placed");
+            assert!(!tight.candidates.is_empty());
+            for c in &tight.candidates {
+                assert!(
+                    c.exclusive && c.co_located_jobs == 0,
+                    "a tight job ({f}x) offered {}% beside {} jobs",
+                    c.share_pct,
+                    c.co_located_jobs
+                );
+            }
+            assert!(tight.decision.exclusive);
         }
-        assert!(tight.decision.exclusive);
-        // Three times its runtime: it may share, and a share beside the neighbour is planned.
-        let loose = place(&cfg, &v, &req(3.0 * runtime)).expect("placed");
+        // Four times its runtime: it may share, and a share beside the neighbour is planned.
+        let loose = place(&cfg, &v, &req(4.0 * runtime)).expect("placed");
         assert!(
             loose
                 .candidates
