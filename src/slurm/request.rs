@@ -532,11 +532,7 @@ fn whole_first_run(
     }
     let snap = live.fresh()?;
     let types = first_run_types(cfg, site, Some(snap), sub, ask)?;
-    let (mut total, mut spare) = (0.0, 0.0);
-    for q in types.iter().filter_map(|&t| snap.view.queues.get(t)) {
-        total += f64::from(q.total_gpus);
-        spare += q.spare_gpus();
-    }
+    let (spare, total) = spare_gpus(snap, &types);
     if total <= 0.0 || spare <= p.whole_first_runs_idle * total {
         return None;
     }
@@ -549,6 +545,17 @@ fn whole_first_run(
             live.describe()
         ),
     ))
+}
+
+/// GPUs of `types` idle beyond the demand waiting for them (negative when more waits), and the
+/// GPUs of those types in all, as `snap` saw them.
+fn spare_gpus(snap: &Snapshot, types: &[usize]) -> (f64, f64) {
+    types
+        .iter()
+        .filter_map(|&t| snap.view.queues.get(t))
+        .fold((0.0, 0.0), |(spare, total), q| {
+            (spare + q.spare_gpus(), total + f64::from(q.total_gpus))
+        })
 }
 
 /// The share a batch `--gres=mps:P` job on one GPU asks for, where heshare may decide a first
@@ -639,11 +646,7 @@ fn kept_share(
     let asked = first_run_share(cfg, sub, ask)?;
     let snap = live.fresh()?;
     let types = first_run_types(cfg, site, Some(snap), sub, ask)?;
-    let (mut total, mut spare) = (0.0, 0.0);
-    for q in types.iter().filter_map(|&t| snap.view.queues.get(t)) {
-        total += f64::from(q.total_gpus);
-        spare += q.spare_gpus();
-    }
+    let (spare, total) = spare_gpus(snap, &types);
     if total <= 0.0 || types.is_empty() || spare > cfg.profiles.whole_share_idle * total {
         return None;
     }
@@ -1588,6 +1591,38 @@ mod tests {
             .tap(|s| s.present.push((cfg.gpu_type("t4").expect("t4"), 4)))
     }
 
+    /// The eight GPUs of the local cluster, all but `idle` of them held for an hour.
+    fn all_held_but(cfg: &Config, nodes: &[NodeInfo], idle: usize) -> Snapshot {
+        let held: Vec<Holding> = [("ha100", 0), ("ha100", 1), ("hv100", 0), ("hv100", 1)]
+            .into_iter()
+            .chain((0..4).map(|i| ("ht4", i)))
+            .take(8 - idle)
+            .map(|(n, i)| hold(n, i, "2000", 3600.0))
+            .collect();
+        Snapshot::build(cfg, 100.0, nodes, &held, &[])
+    }
+
+    /// A vit-infer service's script profile, eight runs measured on every type at the catalog's
+    /// speed, with these kills at its limit.
+    fn learned_service(cfg: &Config, kills: Vec<KilledOn>) -> Learned {
+        Learned {
+            key: ProfileKey::parse("script:1000:0123456789abcdef").expect("a key"),
+            level: Level::Script,
+            runs: 8,
+            class: JobClass {
+                measured_speed: cfg
+                    .gpu_types
+                    .iter()
+                    .map(|g| (g.name.clone(), 1.0))
+                    .collect(),
+                limit_kills: kills,
+                ..cfg.class("vit-infer").expect("vit-infer").clone()
+            },
+            measured: cfg.gpu_types.iter().map(|g| g.name.clone()).collect(),
+            overruled: None,
+        }
+    }
+
     trait Tap: Sized {
         fn tap(mut self, f: impl FnOnce(&mut Self)) -> Self {
             f(&mut self);
@@ -1663,15 +1698,7 @@ mod tests {
         };
         assert!((cfg.profiles.first_run_margin - 0.25).abs() < 1e-12);
         // All but `idle` of the eight GPUs held.
-        let busy = |idle: usize| {
-            let held: Vec<Holding> = [("ha100", 0), ("ha100", 1), ("hv100", 0), ("hv100", 1)]
-                .into_iter()
-                .chain((0..4).map(|i| ("ht4", i)))
-                .take(8 - idle)
-                .map(|(n, i)| hold(n, i, "2000", 3600.0))
-                .collect();
-            Snapshot::build(&cfg, 100.0, &nodes, &held, &[])
-        };
+        let busy = |idle: usize| all_held_but(&cfg, &nodes, idle);
         fn on<'a>(live: Live<'a>, snap: &'a Snapshot) -> Live<'a> {
             Live {
                 snapshot: Some(snap),
@@ -1759,31 +1786,17 @@ mod tests {
         let cfg = cfg();
         let site = local_site(&cfg);
         let nodes = local_nodes(&cfg);
-        let catalog = cfg.class("vit-infer").expect("vit-infer").clone();
-        let learned = Learned {
-            key: ProfileKey::parse("script:1000:0123456789abcdef").expect("a key"),
-            level: Level::Script,
-            runs: 8,
-            class: JobClass {
-                measured_speed: cfg
-                    .gpu_types
-                    .iter()
-                    .map(|g| (g.name.clone(), 1.0))
-                    .collect(),
-                limit_kills: cfg
-                    .gpu_types
-                    .iter()
-                    .map(|g| KilledOn {
-                        gpu_type: g.name.clone(),
-                        share_pct: Some(100),
-                        limit_s: Some(36_000),
-                    })
-                    .collect(),
-                ..catalog
-            },
-            measured: cfg.gpu_types.iter().map(|g| g.name.clone()).collect(),
-            overruled: None,
-        };
+        let learned = learned_service(
+            &cfg,
+            cfg.gpu_types
+                .iter()
+                .map(|g| KilledOn {
+                    gpu_type: g.name.clone(),
+                    share_pct: Some(100),
+                    limit_s: Some(36_000),
+                })
+                .collect(),
+        );
         let ask = parse_tres_per_node(Some("gres:mps:50")).expect("ok");
         let none = Options::default();
         let sub = Submission {
@@ -1792,15 +1805,7 @@ mod tests {
             ..Submission::new(ask.as_ref(), &none, "1000")
         };
         // All but `idle` of the eight GPUs held for an hour.
-        let busy = |idle: usize| {
-            let held: Vec<Holding> = [("ha100", 0), ("ha100", 1), ("hv100", 0), ("hv100", 1)]
-                .into_iter()
-                .chain((0..4).map(|i| ("ht4", i)))
-                .take(8 - idle)
-                .map(|(n, i)| hold(n, i, "2000", 3600.0))
-                .collect();
-            Snapshot::build(&cfg, 100.0, &nodes, &held, &[])
-        };
+        let busy = |idle: usize| all_held_but(&cfg, &nodes, idle);
         let at = |snap: &Snapshot, cfg: &Config| {
             decide(
                 cfg,
@@ -2233,23 +2238,7 @@ mod tests {
             now_s: 0.0,
             max_age_s: 60.0,
         };
-        let catalog = cfg.class("vit-infer").expect("vit-infer").clone();
-        let learned = |kills: Vec<KilledOn>| Learned {
-            key: ProfileKey::parse("script:1000:0123456789abcdef").expect("a key"),
-            level: Level::Script,
-            runs: 8,
-            class: JobClass {
-                measured_speed: cfg
-                    .gpu_types
-                    .iter()
-                    .map(|g| (g.name.clone(), 1.0))
-                    .collect(),
-                limit_kills: kills,
-                ..catalog.clone()
-            },
-            measured: cfg.gpu_types.iter().map(|g| g.name.clone()).collect(),
-            overruled: None,
-        };
+        let learned = |kills: Vec<KilledOn>| learned_service(&cfg, kills);
         let job = |kills: Vec<KilledOn>| PendingJob {
             class: "inference".into(),
             user: "1000".into(),
