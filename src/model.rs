@@ -123,9 +123,10 @@ pub struct JobClass {
 }
 
 /// Runs of a job killed at their time limit on one GPU type, as its profile sums them up: where
-/// a share no smaller than its need now ran out of time, a neighbour slowed it more than the
-/// model says and it gets only a whole GPU at the default clock there; where even a whole GPU
-/// ran out of time, not the type. Only for a job whose limit is no longer than theirs.
+/// a share no smaller than its need there ran out of time, a neighbour slowed it more than the
+/// model says and it gets only whole GPUs (on any type, whatever its limit), at the default
+/// clock on this one; where even a whole GPU ran out of time, not the type, for a job whose
+/// limit is no longer than theirs.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct KilledOn {
     pub gpu_type: String,

@@ -16,7 +16,7 @@ use super::queue::TypeQueue;
 use super::score::{self, energy_cost, time_cost};
 use super::share::{ShareError, ShareJob, ShareParams, SharePlan, ShareSpec, optimize};
 use crate::config::Config;
-use crate::model::{GpuType, JobClass, JobKind, alone_runtime, full_speed_share};
+use crate::model::{GpuType, JobClass, JobKind, KilledOn, alone_runtime, full_speed_share};
 use crate::units::{Joules, Seconds, SharePct};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -517,7 +517,7 @@ pub fn limit_cap(class: &JobClass, gpu: &GpuType, slowest: &GpuType, reference: 
 /// the simulator and placement's candidates use it alike.
 pub fn keeps_default_clock(cfg: &Config, class: &JobClass, gpu: &GpuType, limit_s: f64) -> bool {
     let reference = &cfg.gpu_types[cfg.reference_gpu];
-    killed_sharing(cfg, class, gpu, limit_s)
+    killed_sharing_on(cfg, class, gpu, limit_s)
         || (!measured_on(class, gpu)
             && limit_s / alone_runtime(class, gpu, reference).0.max(1e-9)
                 < 1.0 + cfg.policy.limit_headroom - 1e-9)
@@ -527,13 +527,41 @@ pub fn keeps_default_clock(cfg: &Config, class: &JobClass, gpu: &GpuType, limit_
 /// on `gpu` holding a share no smaller than the one its profile now gives it there: not for want
 /// of a share (a share below its need, as its user asked, is sized anew from its runs), so a
 /// neighbour slowed it beyond the model.
-fn killed_sharing(cfg: &Config, class: &JobClass, gpu: &GpuType, limit_s: f64) -> bool {
-    class.kills_on(&gpu.name, limit_s).any(|k| {
-        k.share_pct.is_some_and(|s| {
-            let reference = &cfg.gpu_types[cfg.reference_gpu];
-            full_speed_share(class, gpu, reference, cfg.policy.mps_share_step_pct).get() <= s
-        })
+fn killed_sharing_on(cfg: &Config, class: &JobClass, gpu: &GpuType, limit_s: f64) -> bool {
+    class
+        .kills_on(&gpu.name, limit_s)
+        .any(|k| neighbour_kill(cfg, class, k))
+}
+
+/// A kill at the time limit of a run that held a share no smaller than its need on the type it
+/// ran on: a neighbour slowed it. (A kill of a type the catalog no longer has counts too.)
+fn neighbour_kill(cfg: &Config, class: &JobClass, k: &KilledOn) -> bool {
+    let Some(s) = k.share_pct else {
+        return false;
+    };
+    let reference = &cfg.gpu_types[cfg.reference_gpu];
+    cfg.gpu_type(&k.gpu_type).is_none_or(|t| {
+        full_speed_share(
+            class,
+            &cfg.gpu_types[t],
+            reference,
+            cfg.policy.mps_share_step_pct,
+        )
+        .get()
+            <= s
     })
+}
+
+/// A recent run of the job was killed at its time limit beside a neighbour (see
+/// [`neighbour_kill`]), on any type and whatever its limit: it shares no GPU. How much a
+/// neighbour slows a job is the job's own (Gavel's co-located pairs range from no slowdown to
+/// near standstill), not the type's, and such a kill only says it ran out of time, not by how
+/// much, so neither another type nor a longer limit is known to be enough.
+fn killed_sharing(cfg: &Config, class: &JobClass) -> bool {
+    class
+        .limit_kills
+        .iter()
+        .any(|k| neighbour_kill(cfg, class, k))
 }
 
 impl<'a> Job<'a> {
@@ -835,7 +863,7 @@ fn evaluate(
     // measured it), or a run here killed at its limit beside a neighbour: a GPU of its own. A
     // neighbour's contention varies several-fold from pair to pair (Gavel's measured pairs),
     // beyond what the sharing model predicts for the job.
-    let killed_here = killed_sharing(cfg, job.class, gpu, limit);
+    let killed_here = killed_sharing(cfg, job.class);
     let default_clock = sizing
         .absolute
         .is_some_and(|l| keeps_default_clock(cfg, job.class, gpu, l));
@@ -867,7 +895,7 @@ fn evaluate(
         } else {
             rejections.add(&gpu.name, || {
                 if killed_here {
-                    "a recent run sharing a GPU here was killed at its time limit".into()
+                    "a recent run of it sharing a GPU was killed at its time limit".into()
                 } else {
                     format!(
                         "its time limit leaves less than {:.0}% over its runtime here to share a GPU",
@@ -1360,7 +1388,6 @@ impl UserIds {
 mod tests {
     use super::*;
     use crate::cli::BUNDLED_CONFIG;
-    use crate::model::KilledOn;
     use std::path::Path;
 
     fn cfg() -> Config {
@@ -1653,9 +1680,10 @@ mod tests {
         assert!(plan.candidates.iter().any(|c| !c.exclusive));
     }
 
-    /// A job whose runs were killed at their time limit on a type while sharing gets only an idle
-    /// GPU whole there, shown at the default clock (the node helper keeps it there), however much
-    /// room its limit seems to leave; killed there with a GPU of its own, not that type at all.
+    /// A job whose runs were killed at their time limit while sharing gets only an idle GPU
+    /// whole, at the default clock on the type it was killed on (the node helper keeps it there),
+    /// however much room its limit seems to leave and whichever type the kill was on; killed
+    /// with a GPU of its own, not that type at all.
     #[test]
     fn a_type_where_its_runs_ran_out_of_time_is_offered_whole_or_not_at_all() {
         let cfg = cfg();
@@ -1709,19 +1737,32 @@ mod tests {
         )
         .expect("placed");
         assert!(starved.candidates.iter().any(|c| !c.exclusive));
-        // Killed with half the limit this job has: the longer limit may be enough, it may share
-        // and the type stays offered even after a whole-GPU kill.
+        // Killed with half the limit this job has: a neighbour's slowdown has no bound the kill
+        // tells, so the longer limit still shares nothing; after a whole-GPU kill the longer
+        // limit may be enough and the type stays offered.
         let shorter = |share: Option<u8>| KilledOn {
             limit_s: Some(same_limit / 2),
             ..kill("v100m16", share)
         };
         let longer = place(&cfg, &v, &req(learned(vec![shorter(Some(full))]))).expect("placed");
-        assert!(longer.candidates.iter().any(|c| !c.exclusive));
+        assert!(!longer.candidates.is_empty());
+        assert!(
+            longer.candidates.iter().all(|c| c.exclusive),
+            "{:?}",
+            longer.candidates
+        );
         assert!(place(&cfg, &v, &req(learned(vec![shorter(None)]))).is_ok());
-        // A kill on another type says nothing here.
+        // Killed beside a neighbour on another type: no share here either, but the clock here
+        // is the optimizer's (the kill said nothing of this type's clock).
         let elsewhere =
             place(&cfg, &v, &req(learned(vec![kill("a100", Some(100))]))).expect("placed");
-        assert!(elsewhere.candidates.iter().any(|c| !c.exclusive));
+        assert!(!elsewhere.candidates.is_empty());
+        for c in &elsewhere.candidates {
+            assert!(c.exclusive && c.co_located_jobs == 0, "{c:?}");
+        }
+        // Killed on another type with a share below its need there: sized anew, it may share.
+        let small = place(&cfg, &v, &req(learned(vec![kill("a100", Some(1))]))).expect("placed");
+        assert!(small.candidates.iter().any(|c| !c.exclusive));
         // Killed with the GPU to itself: no v100m16, and the error says why.
         let err =
             place(&cfg, &v, &req(learned(vec![kill("v100m16", None)]))).expect_err("no type left");
