@@ -340,6 +340,12 @@ pub struct ProfileSettings {
     /// more share: on a saturated cluster a whole GPU for one service is a GPU every job waiting
     /// behind it goes without, and heshare takes no risk with a share it sized itself.
     pub whole_share_idle: f64,
+    /// A `--gres=mps:P` batch job whose profile finishes it within its time limit on no type
+    /// with a share gets a whole GPU of its own types (none on which a whole GPU ran out of time
+    /// at that limit) instead of the share that would run out of time, while more than
+    /// `whole_share_idle` of their GPUs are spare; nothing else of heshare's goes with it. False
+    /// leaves such a request as asked.
+    pub whole_out_of_time: bool,
 }
 
 impl Default for ProfileSettings {
@@ -361,6 +367,7 @@ impl Default for ProfileSettings {
             whole_first_runs_idle: 0.25,
             first_run_margin: 0.25,
             whole_share_idle: 0.0,
+            whole_out_of_time: true,
         }
     }
 }

@@ -801,6 +801,7 @@ fn summarise(
             a.whole_first_runs += b.whole_first_runs;
             a.widened_first_runs += b.widened_first_runs;
             a.kept_shares += b.kept_shares;
+            a.whole_for_limit += b.whole_for_limit;
             a.overruled += b.overruled;
             a.overruled_wrong += b.overruled_wrong;
             a.taught += b.taught;

@@ -34,6 +34,9 @@ pub struct ProfileStats {
     /// With a profile that would have it on a whole GPU while none was spare: its own request
     /// with a margin (`[profiles] whole_share_idle`).
     pub kept_shares: usize,
+    /// With a profile that finishes it within its time limit on no type with a share: a whole
+    /// GPU of its own types instead.
+    pub whole_for_limit: usize,
     /// A label set aside because the job's runs contradict it.
     pub overruled: usize,
     /// Of the labels set aside, those that were wrong.

@@ -333,7 +333,9 @@ impl Shipped {
                     // More of a GPU than asked and nothing else changed (its types, no clock
                     // of its own): a kill of it comes from its own request.
                     self.as_asked.insert(j);
-                    if learned.is_some() {
+                    if learned.is_some() && r.mps_pct.is_none() {
+                        self.profiles.stats.whole_for_limit += 1;
+                    } else if learned.is_some() {
                         self.profiles.stats.kept_shares += 1;
                     } else {
                         self.profiles.stats.widened_first_runs += 1;
