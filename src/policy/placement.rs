@@ -849,11 +849,7 @@ fn evaluate(
     // Its runs here ran out of time even with whole GPUs, with a limit no shorter than its
     // own: not this type. (A job without a limit is never killed at one.)
     let limit = job.limit_s.unwrap_or(f64::INFINITY);
-    if job
-        .class
-        .kills_on(&gpu.name, limit)
-        .any(|k| k.share_pct.is_none())
-    {
+    if job.class.ran_out_whole_on(&gpu.name, limit) {
         rejections.add(&gpu.name, || {
             "a recent run here was killed at its time limit with a GPU of its own".into()
         });

@@ -709,13 +709,13 @@ fn whole_for_limit(
         return None;
     }
     let limit = sub.time_limit_s.unwrap_or(f64::INFINITY);
-    let types: Vec<usize> = first_run_types(cfg, site, live.fresh(), sub, ask)?
+    let snap = live.fresh();
+    let types: Vec<usize> = first_run_types(cfg, site, snap, sub, ask)?
         .into_iter()
         .filter(|&t| {
             !learned
                 .class
-                .kills_on(&cfg.gpu_types[t].name, limit)
-                .any(|k| k.share_pct.is_none())
+                .ran_out_whole_on(&cfg.gpu_types[t].name, limit)
         })
         .collect();
     if types.is_empty() {
@@ -723,7 +723,7 @@ fn whole_for_limit(
     }
     // As for a kept share: a whole GPU while GPUs of its types are spare (or no snapshot tells
     // that they are not).
-    let spare = match live.fresh() {
+    let spare = match snap {
         Some(snap) => {
             let (spare, total) = spare_gpus(snap, &types);
             if total <= 0.0 || spare <= cfg.profiles.whole_share_idle * total {
@@ -1341,6 +1341,25 @@ mod tests {
         }
     }
 
+    /// A profiled request heshare only gave more of a GPU: nothing of heshare's in it (no
+    /// features, preference, priority or node-helper environment), an AdminComment that starts
+    /// with `prefix` and names the profile, and not one the snapshot thread re-decides.
+    fn assert_own_request_of_profile(cfg: &Config, r: &Rewrite, prefix: &str) {
+        assert!(r.own_request, "{r:?}");
+        assert_eq!(
+            (r.features.as_ref(), r.prefer.as_ref(), r.site_factor),
+            (None, None, 0)
+        );
+        assert!(r.spank_env.is_empty(), "{:?}", r.spank_env);
+        assert!(
+            r.admin_comment.starts_with(prefix)
+                && r.admin_comment.contains("profile (script:1000:"),
+            "{}",
+            r.admin_comment
+        );
+        assert!(read_admin_comment(cfg, &r.admin_comment).is_none());
+    }
+
     #[test]
     fn tres_strings_of_both_forms_are_read() {
         let a = parse_tres_per_node(Some("gres:gpu:a100:2"))
@@ -1923,20 +1942,12 @@ mod tests {
                 ("gres:mps:63", 1, Some(63), true),
                 "{r:?}"
             );
-            assert_eq!(
-                (r.features.as_ref(), r.prefer.as_ref(), r.site_factor),
-                (None, None, 0)
-            );
-            assert!(r.spank_env.is_empty(), "{:?}", r.spank_env);
+            assert_own_request_of_profile(&cfg, &r, "heshare: kept-share share=63 asked=50 ");
             assert!(
-                r.admin_comment
-                    .starts_with("heshare: kept-share share=63 asked=50 ")
-                    && r.admin_comment.contains("profile (script:1000:")
-                    && r.admin_comment.contains("25% margin"),
+                r.admin_comment.contains("25% margin"),
                 "{}",
                 r.admin_comment
             );
-            assert!(read_admin_comment(&cfg, &r.admin_comment).is_none());
         };
         assert_eq!(cfg.profiles.whole_share_idle, 0.0);
         whole(at(&busy(8), &cfg));
@@ -2009,25 +2020,17 @@ mod tests {
             ("gres:gpu:1", 1, None, true),
             "{r:?}"
         );
-        assert_eq!(
-            (r.features.as_ref(), r.prefer.as_ref(), r.site_factor),
-            (None, None, 0)
+        assert_own_request_of_profile(&cfg, &r, "heshare: out-of-time share=whole asked=40 ");
+        assert!(
+            r.admin_comment.contains("time limit"),
+            "{}",
+            r.admin_comment
         );
-        assert!(r.spank_env.is_empty(), "{:?}", r.spank_env);
         let mut types: Vec<usize> = site.present.iter().map(|&(t, _)| t).collect();
         types.sort_unstable();
         let mut offered = r.offered.clone();
         offered.sort_unstable();
         assert_eq!(offered, types);
-        assert!(
-            r.admin_comment
-                .starts_with("heshare: out-of-time share=whole asked=40 ")
-                && r.admin_comment.contains("profile (script:1000:")
-                && r.admin_comment.contains("time limit"),
-            "{}",
-            r.admin_comment
-        );
-        assert!(read_admin_comment(&cfg, &r.admin_comment).is_none());
         // Without a profile the same request is a first run, not this.
         let first = decide(&cfg, &site, Live::NONE, &sub(None));
         assert!(
