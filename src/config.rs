@@ -346,6 +346,10 @@ pub struct ProfileSettings {
     /// `whole_share_idle` of their GPUs are spare; nothing else of heshare's goes with it. False
     /// leaves such a request as asked.
     pub whole_out_of_time: bool,
+    /// A shared run says how much busy neighbours slow the job (`[policy] contention_worst`)
+    /// only where the driver measured its neighbours busy for at least this share of the GPU,
+    /// summed over the run: beside idle neighbours it ran as fast as alone whatever it is.
+    pub neighbour_min_busy: f64,
 }
 
 impl Default for ProfileSettings {
@@ -368,6 +372,7 @@ impl Default for ProfileSettings {
             first_run_margin: 0.25,
             whole_share_idle: 0.0,
             whole_out_of_time: true,
+            neighbour_min_busy: 0.05,
         }
     }
 }
@@ -383,6 +388,7 @@ impl ProfileSettings {
             max_spread: self.max_spread,
             // As far above what it got as a labelled service's share is sized above its class.
             saturated_margin: self.saturated_margin,
+            neighbour_min_busy: self.neighbour_min_busy,
         }
     }
 
@@ -1044,6 +1050,7 @@ fn validate(raw: RawConfig, errs: &mut Problems) -> Config {
             slowdown_bound: c.slowdown_bound,
             measured_speed: vec![],
             limit_kills: vec![],
+            neighbours: None,
         });
     }
     validate_node(&raw.node, &gpu_types, errs);
@@ -1174,6 +1181,12 @@ fn validate(raw: RawConfig, errs: &mut Problems) -> Config {
         finite_in(pr.whole_share_idle, 0.0, 1.0),
         "profiles.whole_share_idle",
         format!("{} is outside 0..=1", pr.whole_share_idle),
+    );
+    check(
+        errs,
+        finite_in(pr.neighbour_min_busy, 0.0, 1.0),
+        "profiles.neighbour_min_busy",
+        format!("{} is outside 0..=1", pr.neighbour_min_busy),
     );
     let lt = &raw.policy.limit_type;
     check(

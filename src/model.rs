@@ -120,6 +120,38 @@ pub struct JobClass {
     /// Types on which a recent run of this job (a profile's) was killed at its time limit. Empty
     /// for the catalog's classes.
     pub limit_kills: Vec<KilledOn>,
+    /// What its own runs measured of how much busy neighbours slow it (a profile's); `None`
+    /// where no run of it shared a GPU with busy neighbours, and for the catalog's classes.
+    pub neighbours: Option<NeighbourSlowdown>,
+}
+
+/// How much busy neighbours slowed a job, as its profile measured it: runs that shared a GPU
+/// and what the driver measured of the other jobs' busy time while they ran.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct NeighbourSlowdown {
+    /// Slowdown per unit of the neighbours' summed busy share, at the upper end of its runs
+    /// (0: no run was slowed).
+    pub per_busy: f64,
+    /// The busiest neighbours a run of it had (their summed busy share of the GPU, over the
+    /// run): what the runs say holds up to there, and nothing beyond.
+    pub up_to_busy: f64,
+}
+
+/// The most neighbours whose busy shares sum to `busy` may slow a job of `class`, as a factor
+/// on its runtime without them: what its runs measured, up to the busiest neighbours they had,
+/// and `worst_per_busy` (the worst co-located pair measured, `[policy] contention_worst`) for
+/// each unit beyond. The catalog's sharing model predicts the typical pair; a job's own kill at
+/// its time limit comes from its own sensitivity, which spreads a hundredfold from pair to pair.
+pub fn worst_neighbour_slowdown(class: &JobClass, busy: f64, worst_per_busy: f64) -> f64 {
+    let busy = if busy.is_finite() {
+        busy.clamp(0.0, 1.0)
+    } else {
+        1.0
+    };
+    let (per_busy, known) = class.neighbours.map_or((0.0, 0.0), |n| {
+        (n.per_busy.max(0.0), n.up_to_busy.clamp(0.0, busy))
+    });
+    1.0 + per_busy * known + worst_per_busy.max(0.0) * (busy - known)
 }
 
 /// Runs of a job killed at their time limit on one GPU type, as its profile sums them up: where
@@ -188,6 +220,10 @@ impl JobClass {
             s.to_bits().hash(&mut h);
         }
         self.limit_kills.hash(&mut h);
+        if let Some(n) = self.neighbours {
+            n.per_busy.to_bits().hash(&mut h);
+            n.up_to_busy.to_bits().hash(&mut h);
+        }
         h.finish()
     }
 }
@@ -542,6 +578,7 @@ pub(crate) mod tests {
             slowdown_bound: None,
             measured_speed: vec![],
             limit_kills: vec![],
+            neighbours: None,
         }
     }
 

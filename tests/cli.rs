@@ -429,6 +429,33 @@ fn profiles_are_updated_listed_shown_and_forgotten() {
         "{}",
         stdout(&o)
     );
+    assert!(
+        stdout(&o).contains("beside busy neighbours: never measured"),
+        "{}",
+        stdout(&o)
+    );
+    // A run on half an a100 beside neighbours the driver measured 50% busy.
+    let shared = "{\"record_id\":\"n1:5:1\",\"kind\":\"job\",\"node\":\"n1\",\"job_id\":\"5\",\"uid\":1000,\"account\":\"phys\",\"gpus\":[0],\"gpu_type\":\"a100\",\"share_pct\":50,\"start\":100,\"end\":1900,\"energy_j\":360000,\"avg_w\":200,\"backend\":\"model\",\"basis\":\"measured\",\"neighbour_busy\":0.5,\"profile_keys\":[\"script:1000:00000000000000aa\"],\"exit\":\"0:0\"}\n";
+    let mut log = std::fs::OpenOptions::new()
+        .append(true)
+        .open(d.join("acct/n1.jsonl"))
+        .expect("log");
+    std::io::Write::write_all(&mut log, shared.as_bytes()).expect("append");
+    let o = heshare(&["profiles", "update", "--config", c]);
+    assert!(stdout(&o).contains("1 records"), "{}", stdout(&o));
+    let o = heshare(&[
+        "profiles",
+        "show",
+        "script:1000:00000000000000aa",
+        "--config",
+        c,
+    ]);
+    assert!(
+        stdout(&o).contains("beside busy neighbours: slowed up to")
+            && stdout(&o).contains("measured up to 50% busy"),
+        "{}",
+        stdout(&o)
+    );
     let o = heshare(&["profiles", "show", "not a key", "--config", c]);
     assert_eq!(o.status.code(), Some(2));
     assert!(

@@ -827,6 +827,21 @@ fn a_co_tenant_that_claims_a_light_class_pays_for_the_work_the_driver_measured()
         billed > h["energy_j"].as_f64().expect("energy"),
         "{h:#}\n{l:#}"
     );
+    // Each record says how busy the other job kept the GPU over the intervals it measured: the
+    // honest job's neighbour did four times its work, the liar's a quarter of its own (each
+    // fraction capped at a whole GPU).
+    let f = |r: &Value, k: &str| r[k].as_f64().unwrap_or_else(|| panic!("{k} in {r:#}"));
+    let (hb, hn) = (f(h, "busy_frac"), f(h, "neighbour_busy"));
+    let (lb, ln) = (f(l, "busy_frac"), f(l, "neighbour_busy"));
+    assert!(
+        hn > 0.0 && hn >= hb && (hn - (4.0 * hb).min(1.0)).abs() < 1e-9,
+        "{h:#}"
+    );
+    assert!(ln > 0.0 && ln <= lb, "{l:#}");
+    assert!(
+        rec("70").get("neighbour_busy").is_none(),
+        "nothing measured beside it"
+    );
     // Every joule of the recorded counter is in some record, exactly (not to the model's 1%).
     let st = n.status();
     let g = &st["gpus"][0];

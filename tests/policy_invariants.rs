@@ -47,6 +47,7 @@ fn class_strategy() -> impl Strategy<Value = JobClass> {
             slowdown_bound: None,
             measured_speed: vec![],
             limit_kills: vec![],
+            neighbours: None,
         })
 }
 

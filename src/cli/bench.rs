@@ -180,6 +180,8 @@ fn synthetic_book(cfg: &Config, n: usize, rng: &mut SplitMix) -> crate::profile:
                             dyn_frac: Some(class.power_util * noise),
                             busy: Some(crate::model::need(class, gpu, reference).min(0.5) * noise),
                             memory_gib: Some(class.memory_gib),
+                            // A shared run measured its neighbours: the derivation weighs them.
+                            neighbour_busy: share.then_some(0.3),
                             alone: !share,
                         },
                     },

@@ -643,9 +643,11 @@ impl<'a> NodeHelper<'a> {
                 let (parts, idle, measured) = match &work {
                     Some(w) => {
                         let mw = map_work(&mut gs.procs, &gs.jobs, w);
+                        let all: f64 = mw.busy.iter().map(|b| b.max(0.0)).sum();
                         for (j, b) in gs.jobs.iter_mut().zip(&mw.busy) {
                             j.busy_pct_s += b.max(0.0);
                             j.busy_window_s += (now - last.t).max(0.0);
+                            j.neighbour_busy_pct_s += (all - b.max(0.0)).max(0.0);
                         }
                         let shares: Vec<f64> =
                             gs.jobs.iter().map(|j| share_of(j).fraction()).collect();
@@ -718,6 +720,7 @@ impl<'a> NodeHelper<'a> {
                 profile_keys: vec![],
                 exit: None,
                 busy_frac: None,
+                neighbour_busy: None,
                 max_memory_mib: None,
                 time_limit_s: None,
             });
@@ -978,6 +981,7 @@ impl<'a> NodeHelper<'a> {
                     profile: job.profile.clone(),
                     busy_pct_s: 0.0,
                     busy_window_s: 0.0,
+                    neighbour_busy_pct_s: 0.0,
                 });
         }
         self.save(&mut run)?;
@@ -1332,6 +1336,16 @@ impl<'a> NodeHelper<'a> {
                 (window > 0.5 * per_gpu && window > 0.0)
                     .then(|| (busy / 100.0 / window).clamp(0.0, 1.0))
             },
+            // Over the same measured intervals as its own busy fraction.
+            neighbour_busy: {
+                let (busy, window): (f64, f64) = parts.iter().fold((0.0, 0.0), |(b, w), p| {
+                    (b + p.neighbour_busy_pct_s, w + p.busy_window_s)
+                });
+                #[allow(clippy::cast_precision_loss)]
+                let per_gpu = dur * parts.len().max(1) as f64;
+                (window > 0.5 * per_gpu && window > 0.0)
+                    .then(|| (busy / 100.0 / window).clamp(0.0, 1.0))
+            },
             max_memory_mib: None,
             time_limit_s: job.time_limit_s,
         }
@@ -1490,6 +1504,7 @@ fn fallback_classes(jobs: &[JobOnGpu]) -> Vec<JobClass> {
                 slowdown_bound: None,
                 measured_speed: vec![],
                 limit_kills: vec![],
+                neighbours: None,
             })
         })
         .collect()

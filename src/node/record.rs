@@ -110,6 +110,11 @@ pub struct Record {
     /// measured it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub busy_frac: Option<f64>,
+    /// The GPU busy fraction the driver measured for the other jobs' processes on its GPUs while
+    /// it ran (per GPU, summed over those jobs), where it measured it: how busy its neighbours
+    /// were. A run beside idle neighbours says nothing of how much a busy one slows it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub neighbour_busy: Option<f64>,
     /// The most GPU memory the job's processes held, where the driver said.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_memory_mib: Option<f64>,
@@ -222,6 +227,7 @@ mod tests {
             profile_keys: vec![],
             exit: None,
             busy_frac: None,
+            neighbour_busy: None,
             max_memory_mib: None,
             time_limit_s: None,
         }

@@ -73,6 +73,10 @@ pub struct JobOnGpu {
     pub busy_pct_s: f64,
     #[serde(default)]
     pub busy_window_s: f64,
+    /// GPU busy time the driver measured for the other jobs' processes on its GPU over the same
+    /// intervals (percent-seconds): the record's neighbour busy fraction.
+    #[serde(default)]
+    pub neighbour_busy_pct_s: f64,
     /// Its time limit leaves it too little room here (`policy::keeps_default_clock`): the GPU stays at
     /// its default clock while it runs.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]

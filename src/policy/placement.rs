@@ -1572,6 +1572,7 @@ mod tests {
             demand: 0.2,
             measured_speed: vec![("a10".into(), 1.0)],
             limit_kills: vec![],
+            neighbours: None,
             ..catalog
         };
         let asked = |p: u8| JobRequest {
@@ -1628,6 +1629,7 @@ mod tests {
         let learned = JobClass {
             measured_speed: vec![("v100m16".into(), 1.0)],
             limit_kills: vec![],
+            neighbours: None,
             ..catalog.clone()
         };
         let runtime = alone_runtime(&learned, &cfg.gpu_types[v100], &cfg.gpu_types[v100]).0;
@@ -1688,6 +1690,7 @@ mod tests {
         let learned = |kills: Vec<KilledOn>| JobClass {
             measured_speed: vec![("v100m16".into(), 1.0)],
             limit_kills: kills,
+            neighbours: None,
             ..catalog.clone()
         };
         let runtime = alone_runtime(&learned(vec![]), &cfg.gpu_types[v100], &cfg.gpu_types[v100]).0;

@@ -43,6 +43,8 @@ pub struct DeriveSettings {
     pub max_spread: f64,
     /// A service's run that filled its share is taken to have needed this much more.
     pub saturated_margin: f64,
+    /// A shared run's neighbours count from this summed busy share on (`neighbours`).
+    pub neighbour_min_busy: f64,
 }
 
 /// A profile that decides for a job.
@@ -136,6 +138,7 @@ pub fn family_prior(cfg: &Config, kind: JobKind) -> JobClass {
         slowdown_bound: None,
         measured_speed: vec![],
         limit_kills: vec![],
+        neighbours: None,
     }
 }
 
@@ -340,6 +343,7 @@ pub fn derive(
         description: format!("learned from {} runs", profile.runs()),
         measured_speed: vec![],
         limit_kills: vec![],
+        neighbours: None,
         ..prior.clone()
     };
     // Clock sensitivity, where one type's whole-GPU runs ran at clocks far enough apart: the
@@ -497,6 +501,11 @@ pub fn derive(
         class.memory_gib = m;
     }
     class.limit_kills = limit_kills(cfg, profile, now_s, s.half_life_s);
+    let runs: Vec<(usize, &Sample)> = data
+        .iter()
+        .flat_map(|d| d.samples.iter().map(move |x| (d.t, *x)))
+        .collect();
+    class.neighbours = super::neighbours::learn(cfg, &class, &runs, s.neighbour_min_busy);
     Some(Learned {
         key: key.clone(),
         level: key.level(),
@@ -581,6 +590,7 @@ mod tests {
         disagree_factor: 2.0,
         max_spread: 3.0,
         saturated_margin: 0.25,
+        neighbour_min_busy: 0.05,
     };
 
     fn key() -> ProfileKey {
@@ -632,6 +642,7 @@ mod tests {
                 dyn_frac: Some(dyn_frac),
                 busy: None,
                 memory_gib: Some(9.0),
+                neighbour_busy: None,
                 alone: true,
             };
             file(&mut b, gpu, i, sample);
@@ -713,6 +724,7 @@ mod tests {
                         dyn_frac: Some(0.1),
                         busy: Some(0.25),
                         memory_gib: None,
+                        neighbour_busy: None,
                         alone: false,
                     },
                 },
@@ -758,6 +770,7 @@ mod tests {
                 dyn_frac: None,
                 busy: None,
                 memory_gib: None,
+                neighbour_busy: None,
                 alone: share.is_none(),
             };
             observe(b, gpu, Outcome::Killed, Some(3600.0), sample);
@@ -856,6 +869,7 @@ mod tests {
                 dyn_frac: Some(0.1),
                 busy: Some(x),
                 memory_gib: None,
+                neighbour_busy: None,
                 alone: false,
             };
             file(&mut b, gpu, i, sample);
@@ -892,5 +906,41 @@ mod tests {
         assert_eq!(l.class.kind, JobKind::Inference);
         let need = need_on(&l, "a10");
         assert!((need - 0.75 * 1.25).abs() < 1e-9, "{need}");
+    }
+
+    /// A profile says how much busy neighbours slowed the job from its shared runs beside them,
+    /// and nothing from runs beside idle ones.
+    #[test]
+    fn a_profile_carries_what_busy_neighbours_did_to_its_runs() {
+        let cfg = cfg();
+        let run = |runtime_s: f64, neighbour_busy: Option<f64>| Sample {
+            id: String::new(),
+            end_s: 0.0,
+            runtime_s,
+            share_pct: Some(40),
+            gpus: 1,
+            stretch: 1.0,
+            dyn_frac: Some(0.1),
+            busy: Some(0.2),
+            memory_gib: None,
+            neighbour_busy,
+            alone: false,
+        };
+        let asked = Asked {
+            label: None,
+            share: true,
+        };
+        let mut b = Book::default();
+        for (i, nb) in [Some(0.0), Some(0.01), None].into_iter().enumerate() {
+            file(&mut b, "t4", i, run(1800.0, nb));
+        }
+        let l = lookup(&cfg, &b, &[key()], asked, 2000.0, SETTINGS).expect("profile");
+        assert_eq!(l.class.neighbours, None, "idle neighbours say nothing");
+        // Beside neighbours 40% busy it took 1.5x its quiet runs' time: 1.25 per unit.
+        file(&mut b, "t4", 3, run(2700.0, Some(0.4)));
+        let l = lookup(&cfg, &b, &[key()], asked, 2000.0, SETTINGS).expect("profile");
+        let n = l.class.neighbours.expect("measured");
+        assert!((n.per_busy - 1.25).abs() < 1e-9, "{n:?}");
+        assert!((n.up_to_busy - 0.4).abs() < 1e-9, "{n:?}");
     }
 }

@@ -70,6 +70,10 @@ pub struct Sample {
     pub busy: Option<f64>,
     /// The most GPU memory its processes held, GiB.
     pub memory_gib: Option<f64>,
+    /// How busy the other jobs on its GPUs kept them while it ran (the driver's busy fraction of
+    /// their processes, summed), where measured: what a crowded run says of its neighbours.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub neighbour_busy: Option<f64>,
     /// Whether it had its GPUs to itself (no other job on them while it ran): only such runs
     /// say how fast it runs alone.
     pub alone: bool,
@@ -325,6 +329,7 @@ mod tests {
                 dyn_frac: Some(0.8),
                 busy: None,
                 memory_gib: None,
+                neighbour_busy: None,
                 alone: true,
             },
         }

@@ -4,6 +4,7 @@
 //! * `key`: who a job is, from what `job_submit` sees (script, name, account and request).
 //! * `learn`: the store in memory; runs filed per key and GPU type.
 //! * `derive`: from a profile to a job class the model predicts with.
+//! * `neighbours`: what its shared runs say of how much busy neighbours slow it.
 //! * `wire`: a learned class as the SPANK environment value the node helper reads.
 //! * `store`: the store on disk and its update from the accounting logs (the only I/O here).
 //!
@@ -13,6 +14,7 @@
 pub mod derive;
 pub mod key;
 pub mod learn;
+pub mod neighbours;
 pub mod store;
 pub mod wire;
 

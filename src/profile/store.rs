@@ -280,6 +280,7 @@ pub fn observation(cfg: &Config, r: &Record) -> Option<Observation> {
             },
             busy: r.busy_frac,
             memory_gib: r.max_memory_mib.map(|m| m / 1024.0),
+            neighbour_busy: r.neighbour_busy,
             alone: r.basis == Basis::Whole && r.mps_wait_s <= 0.0,
         },
     })
@@ -482,6 +483,7 @@ mod tests {
             ],
             exit: Some(exit.into()),
             busy_frac: None,
+            neighbour_busy: None,
             max_memory_mib: None,
             time_limit_s: None,
         }

@@ -68,6 +68,7 @@ pub fn decode(s: &str, name: &str) -> Option<JobClass> {
         slowdown_bound: None,
         measured_speed: vec![],
         limit_kills: vec![],
+        neighbours: None,
     };
     let num = |v: &str, lo: f64, hi: f64| {
         v.parse::<f64>()

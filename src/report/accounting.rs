@@ -413,6 +413,7 @@ mod tests {
             profile_keys: vec![],
             exit: None,
             busy_frac: None,
+            neighbour_busy: None,
             max_memory_mib: None,
             time_limit_s: None,
         }

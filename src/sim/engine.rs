@@ -88,6 +88,8 @@ pub struct SimJob {
     /// clock of its first GPU over time (when it changed), and its GPU energy at its end.
     pub busy_s: f64,
     pub clocks: Vec<(f64, u32)>,
+    /// Busy seconds of the other jobs on its GPU while it ran, as the node helper measures them.
+    pub neighbour_busy_s: f64,
     pub energy_j: f64,
     /// It shared a GPU with another job at some point: its runtime is not its alone runtime.
     pub crowded: bool,
@@ -98,6 +100,8 @@ pub struct SimJob {
     pub attempt: u32,
     done_s: f64,
     rate: f64,
+    /// The other jobs' busy share of its GPU now.
+    neighbour_busy: f64,
     /// Its part of its GPU's busy time now.
     busy: f64,
     last_s: f64,
@@ -128,6 +132,8 @@ impl SimJob {
             native: false,
             busy_s: 0.0,
             clocks: Vec::new(),
+            neighbour_busy_s: 0.0,
+            neighbour_busy: 0.0,
             energy_j: 0.0,
             crowded: false,
             done_s: 0.0,
@@ -470,6 +476,8 @@ pub fn generate_jobs(
                 native: false,
                 busy_s: 0.0,
                 clocks: Vec::new(),
+                neighbour_busy_s: 0.0,
+                neighbour_busy: 0.0,
                 energy_j: 0.0,
                 crowded: false,
                 origin: 0,
@@ -1123,6 +1131,7 @@ fn advance_gpu(st: &mut State<'_>, gpu: usize, t: f64) {
         let dt = (t - job.last_s).max(0.0);
         job.done_s += job.rate * dt;
         job.busy_s += job.busy * dt;
+        job.neighbour_busy_s += job.neighbour_busy * dt;
         job.last_s = t;
     }
 }
@@ -1148,6 +1157,7 @@ fn refresh_gpu(st: &mut State<'_>, sched: &mut dyn Scheduler, r: &mut Run<'_>, g
         for &j in &g.jobs {
             st.jobs[j].rate = 0.0;
             st.jobs[j].busy = 0.0;
+            st.jobs[j].neighbour_busy = 0.0;
             st.jobs[j].version += 1;
         }
         r.meter.gpu(t, gpu, 0.0, &[]);
@@ -1190,11 +1200,13 @@ fn refresh_gpu(st: &mut State<'_>, sched: &mut dyn Scheduler, r: &mut Run<'_>, g
     g.busy_frac = truth.busy;
     let jobs = g.jobs.clone();
     let crowded = jobs.len() > 1;
+    let all_busy: f64 = truth.job_busy.iter().sum();
     for (k, j) in jobs.into_iter().enumerate() {
         let job = &mut st.jobs[j];
         // A multi-GPU job moves at the pace of its slowest GPU; all its GPUs are alike here.
         job.rate = truth.rate[k];
         job.busy = truth.job_busy[k];
+        job.neighbour_busy = (all_busy - truth.job_busy[k]).max(0.0);
         job.crowded |= crowded;
         if job.gpus.first() == Some(&gpu) && job.clocks.last().is_none_or(|c| c.1 != clock.0) {
             job.clocks.push((t, clock.0));
@@ -2303,6 +2315,41 @@ mod tests {
             native && (b - a - 1.0).abs() < 1.0,
             "the second user runs beside the first: {a} {b}"
         );
+    }
+
+    /// What the node helper measures of a job's neighbours is the busy time they had while it
+    /// ran: a neighbour that came and went within its run gave it all of its own busy time.
+    #[test]
+    fn a_jobs_neighbour_busy_time_is_its_neighbours_busy_time_beside_it() {
+        let (cfg, nodes, world, mut jobs) = two_shares_on_gpu0("vit-infer", 300);
+        for (k, j) in jobs.iter_mut().enumerate() {
+            j.truth.demand = 0.2;
+            j.submit_s = 10.0 * k as f64;
+            j.user = 1;
+        }
+        jobs[0].work_s = 2000.0;
+        jobs[1].work_s = 500.0;
+        let mut st = build_state(&cfg, &nodes, jobs);
+        let fac = facility_of(&st, HostSpec::Sourced, saving(None));
+        run(&mut st, &world, &mut OnGpu0 { share: 40 }, fac, |_| {});
+        let (a, b) = (&st.jobs[0], &st.jobs[1]);
+        assert!(b.finish_s.expect("done") < a.finish_s.expect("done"));
+        assert!(b.busy_s > 0.0 && a.busy_s > b.busy_s);
+        assert!(
+            (a.neighbour_busy_s - b.busy_s).abs() <= 1e-9 * b.busy_s,
+            "{} vs {}",
+            a.neighbour_busy_s,
+            b.busy_s
+        );
+        assert!(b.neighbour_busy_s > 0.0 && b.neighbour_busy_s < a.busy_s);
+        // Alone, nothing beside it.
+        let (cfg, nodes, world, mut jobs) = two_shares_on_gpu0("vit-infer", 300);
+        jobs.truncate(1);
+        let mut st = build_state(&cfg, &nodes, jobs);
+        let fac = facility_of(&st, HostSpec::Sourced, saving(None));
+        run(&mut st, &world, &mut OnGpu0 { share: 40 }, fac, |_| {});
+        assert!(st.jobs[0].busy_s > 0.0);
+        assert!(st.jobs[0].neighbour_busy_s.abs() < 1e-12);
     }
 
     /// Regression: a finish event superseded by a later rate change moved the clock when it

@@ -1714,6 +1714,7 @@ mod tests {
                     .map(|g| (g.name.clone(), 1.0))
                     .collect(),
                 limit_kills: kills,
+                neighbours: None,
                 ..cfg.class("vit-infer").expect("vit-infer").clone()
             },
             measured: cfg.gpu_types.iter().map(|g| g.name.clone()).collect(),
