@@ -1167,3 +1167,42 @@ fn a_profiled_job_near_its_time_limit_keeps_the_default_clock() {
     assert_eq!(rec["time_limit_s"], 2160.0);
     assert_eq!(rec["exit"], "0:15");
 }
+
+/// Neighbours are the MPS server's other clients: another user's job time-sliced outside MPS
+/// runs beside none of them, so the server's client measured no busy neighbour, and the job
+/// outside MPS says nothing of its neighbours.
+#[test]
+fn a_context_time_sliced_outside_mps_is_no_ones_neighbour() {
+    let n = Node::new(true);
+    let a = job("61", 2, Some(50), "vit-infer");
+    n.ok("prolog", &a);
+    // Per-process accounting on from here.
+    edit_model(&n, |m| m["2"]["processes"] = serde_json::json!([]));
+    pause();
+    let b = bobs(job("62", 2, Some(30), "vit-infer"));
+    n.ok("prolog", &b);
+    edit_model(&n, |m| {
+        m["2"]["processes"] = serde_json::json!([
+            {"pid": 601, "start_us": 1, "busy_pct_s": 5.0, "running": true, "job": "61", "uid": 1000},
+            {"pid": 602, "start_us": 2, "busy_pct_s": 5.0, "running": true, "job": "62", "uid": 1001}
+        ]);
+    });
+    pause();
+    let o = n
+        .cmd(&["node", "sample", "--node", "n1"])
+        .output()
+        .expect("runs");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    pause();
+    n.ok("epilog", &b);
+    n.ok("epilog", &a);
+    let recs = n.records();
+    let rec = |id: &str| recs.iter().find(|r| r["job_id"] == id).expect("record");
+    let (ra, rb) = (rec("61"), rec("62"));
+    assert_eq!(rb["outside_mps"], true, "{rb:#}");
+    assert!(rb["busy_frac"].as_f64().is_some_and(|b| b > 0.0), "{rb:#}");
+    assert!(rb.get("neighbour_busy").is_none(), "{rb:#}");
+    assert!(ra["busy_frac"].as_f64().is_some_and(|b| b > 0.0), "{ra:#}");
+    assert_eq!(ra["neighbour_busy"].as_f64(), Some(0.0), "{ra:#}");
+    n.assert_settled(&[&a, &b]);
+}

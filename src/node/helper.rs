@@ -643,11 +643,25 @@ impl<'a> NodeHelper<'a> {
                 let (parts, idle, measured) = match &work {
                     Some(w) => {
                         let mw = map_work(&mut gs.procs, &gs.jobs, w);
-                        let all: f64 = mw.busy.iter().map(|b| b.max(0.0)).sum();
+                        // Neighbours are the MPS server's other clients, which run at the
+                        // same time as the job; a context time-sliced with the server's does
+                        // not (its effect is the job's MPS wait or time slice).
+                        let in_mps = |j: &JobOnGpu| {
+                            j.outside_mps_beside_uid.is_none() && j.waits_for_uid.is_none()
+                        };
+                        let clients: f64 = gs
+                            .jobs
+                            .iter()
+                            .zip(&mw.busy)
+                            .filter(|(j, _)| in_mps(j))
+                            .map(|(_, b)| b.max(0.0))
+                            .sum();
                         for (j, b) in gs.jobs.iter_mut().zip(&mw.busy) {
                             j.busy_pct_s += b.max(0.0);
                             j.busy_window_s += (now - last.t).max(0.0);
-                            j.neighbour_busy_pct_s += (all - b.max(0.0)).max(0.0);
+                            if in_mps(j) {
+                                j.neighbour_busy_pct_s += (clients - b.max(0.0)).max(0.0);
+                            }
                         }
                         let shares: Vec<f64> =
                             gs.jobs.iter().map(|j| share_of(j).fraction()).collect();
@@ -1336,8 +1350,15 @@ impl<'a> NodeHelper<'a> {
                 (window > 0.5 * per_gpu && window > 0.0)
                     .then(|| (busy / 100.0 / window).clamp(0.0, 1.0))
             },
-            // Over the same measured intervals as its own busy fraction.
-            neighbour_busy: {
+            // Over the same measured intervals as its own busy fraction; none for a job that ran
+            // outside MPS or waited for another user's server (no co-clients beside it).
+            neighbour_busy: if parts.iter().any(|p| {
+                p.outside_mps_beside_uid.is_some()
+                    || p.waits_for_uid.is_some()
+                    || p.mps_wait_s > 0.0
+            }) {
+                None
+            } else {
                 let (busy, window): (f64, f64) = parts.iter().fold((0.0, 0.0), |(b, w), p| {
                     (b + p.neighbour_busy_pct_s, w + p.busy_window_s)
                 });

@@ -84,6 +84,9 @@ pub struct SimJob {
     pub booting: bool,
     /// Runs outside MPS, time-sliced beside another user's MPS server (set when it starts).
     pub native: bool,
+    /// It ran outside MPS or waited for another user's server at some point: the node helper
+    /// says nothing of its neighbours.
+    pub sliced: bool,
     /// What the node helper measures of it: GPU busy seconds (summed over its GPUs), the SM
     /// clock of its first GPU over time (when it changed), and its GPU energy at its end.
     pub busy_s: f64,
@@ -130,6 +133,7 @@ impl SimJob {
             killed_s: None,
             booting: false,
             native: false,
+            sliced: false,
             busy_s: 0.0,
             clocks: Vec::new(),
             neighbour_busy_s: 0.0,
@@ -474,6 +478,7 @@ pub fn generate_jobs(
                 killed_s: None,
                 booting: false,
                 native: false,
+                sliced: false,
                 busy_s: 0.0,
                 clocks: Vec::new(),
                 neighbour_busy_s: 0.0,
@@ -1165,24 +1170,33 @@ fn refresh_gpu(st: &mut State<'_>, sched: &mut dyn Scheduler, r: &mut Run<'_>, g
     }
     let clock = sched.clock(st, gpu);
     let serving = mps_user(st, gpu);
+    let runs: Vec<Runs> = st.gpus[gpu]
+        .jobs
+        .iter()
+        .map(|&j| {
+            let job = &st.jobs[j];
+            if job.native {
+                Runs::Native
+            } else if serving.is_none_or(|u| u == job.user) {
+                Runs::Mps
+            } else {
+                Runs::Waits
+            }
+        })
+        .collect();
     let truth = {
         let g = &st.gpus[gpu];
         let occ: Vec<Occupant<'_>> = g
             .jobs
             .iter()
-            .map(|&j| {
+            .zip(&runs)
+            .map(|(&j, &runs)| {
                 let job = &st.jobs[j];
                 Occupant {
                     class: job.class,
                     truth: &job.truth,
                     share: job.share,
-                    runs: if job.native {
-                        Runs::Native
-                    } else if serving.is_none_or(|u| u == job.user) {
-                        Runs::Mps
-                    } else {
-                        Runs::Waits
-                    },
+                    runs,
                 }
             })
             .collect();
@@ -1200,13 +1214,26 @@ fn refresh_gpu(st: &mut State<'_>, sched: &mut dyn Scheduler, r: &mut Run<'_>, g
     g.busy_frac = truth.busy;
     let jobs = g.jobs.clone();
     let crowded = jobs.len() > 1;
-    let all_busy: f64 = truth.job_busy.iter().sum();
+    // The node helper's neighbours: the MPS server's other clients (a context time-sliced with
+    // the server's does not run beside them).
+    let clients: f64 = truth
+        .job_busy
+        .iter()
+        .zip(&runs)
+        .filter(|(_, r)| **r == Runs::Mps)
+        .map(|(b, _)| b)
+        .sum();
     for (k, j) in jobs.into_iter().enumerate() {
         let job = &mut st.jobs[j];
         // A multi-GPU job moves at the pace of its slowest GPU; all its GPUs are alike here.
         job.rate = truth.rate[k];
         job.busy = truth.job_busy[k];
-        job.neighbour_busy = (all_busy - truth.job_busy[k]).max(0.0);
+        job.neighbour_busy = if runs[k] == Runs::Mps {
+            (clients - truth.job_busy[k]).max(0.0)
+        } else {
+            0.0
+        };
+        job.sliced |= runs[k] != Runs::Mps;
         job.crowded |= crowded;
         if job.gpus.first() == Some(&gpu) && job.clocks.last().is_none_or(|c| c.1 != clock.0) {
             job.clocks.push((t, clock.0));
@@ -2321,18 +2348,25 @@ mod tests {
     /// ran: a neighbour that came and went within its run gave it all of its own busy time.
     #[test]
     fn a_jobs_neighbour_busy_time_is_its_neighbours_busy_time_beside_it() {
-        let (cfg, nodes, world, mut jobs) = two_shares_on_gpu0("vit-infer", 300);
-        for (k, j) in jobs.iter_mut().enumerate() {
-            j.truth.demand = 0.2;
-            j.submit_s = 10.0 * k as f64;
-            j.user = 1;
-        }
-        jobs[0].work_s = 2000.0;
-        jobs[1].work_s = 500.0;
-        let mut st = build_state(&cfg, &nodes, jobs);
-        let fac = facility_of(&st, HostSpec::Sourced, saving(None));
-        run(&mut st, &world, &mut OnGpu0 { share: 40 }, fac, |_| {});
-        let (a, b) = (&st.jobs[0], &st.jobs[1]);
+        // A long service and a short one on GPU 0, of `users`, under the site's rule for
+        // another user's share.
+        let run_two = |users: [u32; 2], rule: OtherUserShare| {
+            let (mut cfg, nodes, world, mut jobs) = two_shares_on_gpu0("vit-infer", 300);
+            cfg.node.other_user_share = rule;
+            for (k, j) in jobs.iter_mut().enumerate() {
+                j.truth.demand = 0.2;
+                j.submit_s = 10.0 * k as f64;
+                j.user = users[k];
+            }
+            jobs[0].work_s = 2000.0;
+            jobs[1].work_s = 500.0;
+            let mut st = build_state(&cfg, &nodes, jobs);
+            let fac = facility_of(&st, HostSpec::Sourced, saving(None));
+            run(&mut st, &world, &mut OnGpu0 { share: 40 }, fac, |_| {});
+            st.jobs
+        };
+        let jobs = run_two([1, 1], OtherUserShare::Wait);
+        let (a, b) = (&jobs[0], &jobs[1]);
         assert!(b.finish_s.expect("done") < a.finish_s.expect("done"));
         assert!(b.busy_s > 0.0 && a.busy_s > b.busy_s);
         assert!(
@@ -2342,6 +2376,18 @@ mod tests {
             b.busy_s
         );
         assert!(b.neighbour_busy_s > 0.0 && b.neighbour_busy_s < a.busy_s);
+        assert!(!a.sliced && !b.sliced);
+        // Another user's job time-sliced outside MPS runs beside no client: neither is the
+        // other's neighbour, and the one outside says nothing of its neighbours.
+        let jobs = run_two([1, 2], OtherUserShare::TimeSlice);
+        let (a, b) = (&jobs[0], &jobs[1]);
+        assert!(
+            b.native && b.sliced && !a.sliced,
+            "{} {}",
+            b.native,
+            a.sliced
+        );
+        assert!(a.neighbour_busy_s.abs() < 1e-12 && b.busy_s > 0.0);
         // Alone, nothing beside it.
         let (cfg, nodes, world, mut jobs) = two_shares_on_gpu0("vit-infer", 300);
         jobs.truncate(1);

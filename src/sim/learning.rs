@@ -201,7 +201,7 @@ impl OnlineProfiles {
             // A job killed at its time limit ends by Slurm's signal.
             exit: Some(if job.killed_s.is_some() { "0:9" } else { "0:0" }.into()),
             busy_frac: Some((job.busy_s / (f64::from(job.num_gpus.max(1)) * dur)).clamp(0.0, 1.0)),
-            neighbour_busy: Some((job.neighbour_busy_s / dur).clamp(0.0, 1.0)),
+            neighbour_busy: (!job.sliced).then(|| (job.neighbour_busy_s / dur).clamp(0.0, 1.0)),
             max_memory_mib: None,
             time_limit_s: Some(job.limit_s),
         };
