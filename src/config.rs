@@ -112,6 +112,15 @@ pub struct PolicyKnobs {
     /// whole GPU for it where none is spare keeps its own request: `whole_share_idle`.)
     #[serde(default = "default_limit_headroom")]
     pub limit_headroom: f64,
+    /// The most sensitive a job may be to its neighbours (`k` in the contention `1 + k * busy`,
+    /// busy their summed busy share of the GPU) where its own runs measured nothing, and the
+    /// most a measurement is taken at: a share heshare sizes itself goes only where its time
+    /// limit holds at that contention with the rest of the GPU's shares busy. 98.4 is Gavel's
+    /// worst co-located V100 pair (Recommendation, batch 512, beside itself: each at 1.6% of
+    /// its speed alone), read as `contention_kappa` is; 0 trusts the sharing model's typical
+    /// pair.
+    #[serde(default = "default_contention_worst")]
+    pub contention_worst: f64,
     /// The energy weight placement uses while the GPUs a job may use stand idle beyond the
     /// demand waiting for them (falling to `energy_weight` as that spare goes): an idle GPU
     /// costs no one a wait, so the energy its choice saves is not paid for in queueing. Absent:
@@ -122,6 +131,10 @@ pub struct PolicyKnobs {
 
 fn default_limit_headroom() -> f64 {
     2.0
+}
+
+fn default_contention_worst() -> f64 {
+    98.4
 }
 
 fn default_no_margin_backlog() -> f64 {
@@ -727,6 +740,12 @@ fn validate(raw: RawConfig, errs: &mut Problems) -> Config {
         finite_in(p.contention_kappa, 0.0, 10.0),
         "policy.contention_kappa",
         format!("{} is outside 0..=10", p.contention_kappa),
+    );
+    check(
+        errs,
+        finite_in(p.contention_worst, 0.0, 1000.0),
+        "policy.contention_worst",
+        format!("{} is outside 0..=1000", p.contention_worst),
     );
     check(
         errs,

@@ -451,8 +451,8 @@ fn profiles_are_updated_listed_shown_and_forgotten() {
         c,
     ]);
     assert!(
-        stdout(&o).contains("beside busy neighbours: slowed up to")
-            && stdout(&o).contains("measured up to 50% busy"),
+        stdout(&o).contains("beside busy neighbours: contention 1 + ")
+            && stdout(&o).contains("its runs measured up to 50% busy"),
         "{}",
         stdout(&o)
     );

@@ -244,13 +244,13 @@ pub fn run(out: &mut impl Write, cmd: &ProfilesCommand) -> Result<()> {
                     match c.neighbours {
                         Some(n) => writeln!(
                             out,
-                            "  beside busy neighbours: slowed up to {:.2}x per unit of their busy share, measured up to {:.0}% busy (beyond: the worst pair, [policy] contention_worst)",
+                            "  beside busy neighbours: contention 1 + {:.2} x their busy share, its runs measured up to {:.0}% busy",
                             n.per_busy,
                             n.up_to_busy * 100.0
                         )?,
                         None => writeln!(
                             out,
-                            "  beside busy neighbours: never measured (a share of heshare's must survive the worst pair, [policy] contention_worst)"
+                            "  beside busy neighbours: never measured (a share heshare sizes must survive the worst pair, [policy] contention_worst)"
                         )?,
                     }
                 }

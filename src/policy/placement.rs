@@ -16,7 +16,9 @@ use super::queue::TypeQueue;
 use super::score::{self, energy_cost, time_cost};
 use super::share::{ShareError, ShareJob, ShareParams, SharePlan, ShareSpec, optimize};
 use crate::config::Config;
-use crate::model::{GpuType, JobClass, JobKind, KilledOn, alone_runtime, full_speed_share};
+use crate::model::{
+    GpuType, JobClass, JobKind, KilledOn, alone_runtime, full_speed_share, worst_neighbour_slowdown,
+};
 use crate::units::{Joules, Seconds, SharePct};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -961,6 +963,40 @@ fn evaluate(
         };
         let me = plan.prediction.jobs.len() - 1;
         let mine = &plan.prediction.jobs[me];
+        // A share heshare sized itself stays within the job's time limit beside the busiest
+        // neighbours the rest of the GPU could hold, as sensitive as its runs measured it, or
+        // as the worst pair measured (`contention_worst`) where they did not: the first run
+        // beside a busy neighbour of a sensitive job would otherwise be its kill. (Where the limit is known
+        // against the job's measured runtime; a catalog class's limit is read against the
+        // slowest type, as for `limit_headroom`.)
+        if let (ShareSpec::Auto, Some(c), Some(_)) = (spec, cap, sizing.absolute) {
+            let share = plan.shares[me].fraction();
+            let others = 1.0 - share;
+            let worst = worst_neighbour_slowdown(
+                class,
+                mine.slowdown,
+                mine.busy / share.max(1e-9),
+                others,
+                cfg.policy.contention_worst,
+            );
+            if worst > c + 1e-9 {
+                rejections.add(&gpu.name, || {
+                    format!(
+                        "a {}% share beside neighbours {:.0}% busy could need {worst:.1}x its runtime alone, past its time limit ({c:.1}x): {}",
+                        plan.shares[me].get(),
+                        others * 100.0,
+                        class.neighbours.map_or_else(
+                            || "no run of it had busy neighbours".to_owned(),
+                            |n| format!(
+                                "its runs measured {:.2} per unit of neighbour busy",
+                                n.per_busy
+                            )
+                        )
+                    )
+                });
+                continue;
+            }
+        }
         let horizon = mine.runtime.0;
         // What a job's power costs at the meter: with power saving, all of it and the host it
         // keeps on (the GPU's part of the node, split among the GPU's jobs by share, as its
@@ -1384,6 +1420,7 @@ impl UserIds {
 mod tests {
     use super::*;
     use crate::cli::BUNDLED_CONFIG;
+    use crate::model::NeighbourSlowdown;
     use std::path::Path;
 
     fn cfg() -> Config {
@@ -1626,10 +1663,14 @@ mod tests {
         );
         let v100 = cfg.gpu_type("v100m16").expect("v100m16");
         let catalog = cfg.class("vit-infer").expect("vit-infer").clone();
+        // Its runs measured busy neighbours slowing it little: only the headroom keeps it off.
         let learned = JobClass {
             measured_speed: vec![("v100m16".into(), 1.0)],
             limit_kills: vec![],
-            neighbours: None,
+            neighbours: Some(NeighbourSlowdown {
+                per_busy: 0.2,
+                up_to_busy: 1.0,
+            }),
             ..catalog.clone()
         };
         let runtime = alone_runtime(&learned, &cfg.gpu_types[v100], &cfg.gpu_types[v100]).0;
@@ -1678,6 +1719,69 @@ mod tests {
         assert!(plan.candidates.iter().any(|c| !c.exclusive));
     }
 
+    /// A share heshare sizes itself must hold the job's time limit beside neighbours as busy as
+    /// the rest of the GPU allows, at the sensitivity its runs measured, or Gavel's worst pair's
+    /// where they measured none: such a job shares only with a limit that covers the worst
+    /// pair, or none.
+    #[test]
+    fn a_share_must_survive_the_busiest_neighbours_the_gpu_could_hold() {
+        let cfg = cfg();
+        assert!(
+            (cfg.policy.contention_worst - 98.4).abs() < 1e-12,
+            "documented default"
+        );
+        let v100 = cfg.gpu_type("v100m16").expect("v100m16");
+        let catalog = cfg.class("vit-infer").expect("vit-infer").clone();
+        let class = |neighbours| JobClass {
+            measured_speed: vec![("v100m16".into(), 1.0)],
+            limit_kills: vec![],
+            neighbours,
+            ..catalog.clone()
+        };
+        let runtime = alone_runtime(&class(None), &cfg.gpu_types[v100], &cfg.gpu_types[v100]).0;
+        let v = busy_and_idle_v100s(&cfg);
+        let req = |limit: Option<f64>, neighbours| JobRequest {
+            time_limit_s: limit,
+            share: ShareRequest::Auto,
+            learned: Some(Arc::new(class(neighbours))),
+            ..JobRequest::new("vit-infer")
+        };
+        let shares = |r: &JobRequest| {
+            place(&cfg, &v, r)
+                .expect("placed")
+                .candidates
+                .iter()
+                .filter(|c| !c.exclusive)
+                .map(|c| c.share_pct)
+                .collect::<Vec<_>>()
+        };
+        let limit = Some(6.0 * runtime);
+        // Never beside busy neighbours: no share, only the idle GPU whole.
+        assert_eq!(shares(&req(limit, None)), Vec::<u8>::new());
+        let plan = place(&cfg, &v, &req(limit, None)).expect("placed");
+        assert!(plan.decision.exclusive);
+        // Measured beside neighbours as busy as the rest of any GPU, slowed 2x per unit.
+        let measured = Some(NeighbourSlowdown {
+            per_busy: 1.0,
+            up_to_busy: 1.0,
+        });
+        assert!(!shares(&req(limit, measured)).is_empty());
+        // Slowed 10x per unit: past a limit of six times its runtime.
+        let sensitive = Some(NeighbourSlowdown {
+            per_busy: 10.0,
+            up_to_busy: 1.0,
+        });
+        assert_eq!(shares(&req(limit, sensitive)), Vec::<u8>::new());
+        // A limit that covers even the worst pair, or no limit: it may share.
+        assert!(!shares(&req(Some(200.0 * runtime), None)).is_empty());
+        assert!(!shares(&req(None, None)).is_empty());
+        // A site that trusts the typical pair.
+        let mut lax = cfg.clone();
+        lax.policy.contention_worst = 0.0;
+        let plan = place(&lax, &v, &req(limit, None)).expect("placed");
+        assert!(plan.candidates.iter().any(|c| !c.exclusive));
+    }
+
     /// A job whose runs were killed at their time limit while sharing gets only an idle GPU
     /// whole, at the default clock on the type it was killed on (the node helper keeps it there),
     /// however much room its limit seems to leave and whichever type the kill was on; killed
@@ -1687,10 +1791,14 @@ mod tests {
         let cfg = cfg();
         let v100 = cfg.gpu_type("v100m16").expect("v100m16");
         let catalog = cfg.class("vit-infer").expect("vit-infer").clone();
+        // Measured beside busy neighbours, which slowed it little: only its kills keep it off.
         let learned = |kills: Vec<KilledOn>| JobClass {
             measured_speed: vec![("v100m16".into(), 1.0)],
             limit_kills: kills,
-            neighbours: None,
+            neighbours: Some(crate::model::NeighbourSlowdown {
+                per_busy: 0.2,
+                up_to_busy: 1.0,
+            }),
             ..catalog.clone()
         };
         let runtime = alone_runtime(&learned(vec![]), &cfg.gpu_types[v100], &cfg.gpu_types[v100]).0;

@@ -1,13 +1,23 @@
-//! What a profile's shared runs say of how much busy neighbours slow the job.
+//! What a profile's shared runs say of how much busy neighbours slow the job: `k` in the
+//! sharing model's contention `1 + k * busy`, where `busy` is the summed busy share of the MPS
+//! server's other clients.
 //!
-//! A run that shared its GPU only with idle neighbours ran as fast as alone and says nothing
-//! of a busy one: Gavel's co-located V100 pairs slow one another from not at all to 63-fold,
-//! and a job's own sensitivity is what decides. So only runs whose neighbours the driver
-//! measured busy (at least `min_busy` of the GPU, summed) count. Each is set against its
-//! runtime without neighbours: for training, what the learned class predicts on its type at its
-//! share and clock (only on types its runs measured); for a service, which runs at its stream's
-//! pace until it saturates, the median runtime of its quiet runs. The slowdown per unit of
-//! neighbour busy is taken at its largest, and holds up to the busiest neighbours a run had.
+//! A run beside idle neighbours ran as fast as alone and says nothing of a busy one: Gavel's
+//! co-located V100 pairs slow one another from not at all to 63-fold, and the job's own
+//! sensitivity decides. So only runs whose neighbours the driver measured at least `min_busy`
+//! busy count, each against the job without them:
+//!
+//! * **training** slows by the contention: `k = (runtime / without - 1) / busy`, with `without`
+//!   what the learned class predicts on the run's type at its share and clock (only on types its
+//!   runs measured alone). The largest run's `k` is kept.
+//! * **a service** keeps its stream's pace until its load on its share times the contention
+//!   passes one, so a run that kept pace only bounds `k`: `load * (1 + k * busy) <= slowdown`
+//!   gives `k <= (slowdown / load - 1) / busy`, with `load` its measured busy over its share and
+//!   `slowdown` its runtime over its fastest quiet run's. Where the driver's busy time grows
+//!   with the contention (the kernels take longer), the busy time itself measures it against
+//!   a quiet run's on the same type: `k >= (load / quiet load - 1) / busy`. Each run's `k` is
+//!   the larger of the two, and the tightest run's is kept.
+//!
 //! Pure.
 
 use super::learn::Sample;
@@ -15,9 +25,15 @@ use crate::config::Config;
 use crate::model::{JobClass, JobKind, NeighbourSlowdown, Tenant, predict};
 use crate::units::{Mhz, SharePct};
 
+/// A run's share as a fraction (a whole GPU where it held none).
+fn share_of(x: &Sample) -> f64 {
+    x.share_pct
+        .map_or(1.0, |p| f64::from(p.clamp(1, 100)) / 100.0)
+}
+
 /// The neighbour slowdown `class`'s runs measured; `samples` are its kept runs with their type
 /// index. `None` where no run had neighbours at least `min_busy` busy, or none can be set
-/// against a runtime without them.
+/// against the job without them.
 pub fn learn(
     cfg: &Config,
     class: &JobClass,
@@ -26,16 +42,23 @@ pub fn learn(
 ) -> Option<NeighbourSlowdown> {
     let reference = &cfg.gpu_types[cfg.reference_gpu];
     let params = crate::model::ModelParams::of(cfg);
-    // A service's runtime without neighbours: its quiet runs' median (its stream's length).
-    let quiet = {
-        let mut v: Vec<f64> = samples
+    let quiet: Vec<(usize, &Sample)> = samples
+        .iter()
+        .copied()
+        .filter(|(_, x)| x.alone || x.neighbour_busy.is_some_and(|b| b < min_busy))
+        .filter(|(_, x)| x.runtime_s.is_finite() && x.runtime_s > 0.0)
+        .collect();
+    // A service's stream without neighbours: its fastest quiet run (a slower yardstick would
+    // bound `k` too low), and per type the most of the GPU a quiet run kept busy (its need
+    // there, the yardstick of a busy time grown by contention).
+    let fastest = quiet.iter().map(|(_, x)| x.runtime_s).reduce(f64::min);
+    let quiet_need = |t: usize| {
+        quiet
             .iter()
-            .filter(|(_, x)| x.alone || x.neighbour_busy.is_some_and(|b| b < min_busy))
-            .map(|(_, x)| x.runtime_s)
-            .filter(|r| r.is_finite() && *r > 0.0)
-            .collect();
-        v.sort_by(f64::total_cmp);
-        v.get(v.len() / 2).copied()
+            .filter(|(q, _)| *q == t)
+            .filter_map(|(_, x)| x.busy)
+            .filter(|b| b.is_finite() && *b > 0.0)
+            .reduce(f64::max)
     };
     let mut out: Option<NeighbourSlowdown> = None;
     for &(t, x) in samples {
@@ -46,7 +69,7 @@ pub fn learn(
             continue;
         }
         let gpu = &cfg.gpu_types[t];
-        let without = match class.kind {
+        let k = match class.kind {
             JobKind::Training => {
                 if !class.measured_speed.iter().any(|(n, _)| *n == gpu.name) {
                     continue; // The prior's speed here is a guess, not a yardstick.
@@ -65,26 +88,42 @@ pub fn learn(
                     share,
                     user: 0,
                 };
-                predict(gpu, reference, &[tenant], Mhz(mhz), params).jobs[0]
+                let without = predict(gpu, reference, &[tenant], Mhz(mhz), params).jobs[0]
                     .runtime
-                    .0
+                    .0;
+                if !without.is_finite() || without <= 0.0 {
+                    continue;
+                }
+                ((x.runtime_s / without - 1.0) / busy).max(0.0)
             }
-            JobKind::Inference => match quiet {
-                Some(q) => q,
-                None => continue,
-            },
+            JobKind::Inference => {
+                let (Some(fastest), Some(load)) = (fastest, x.busy.map(|b| b / share_of(x))) else {
+                    continue;
+                };
+                if !load.is_finite() || load <= 0.0 {
+                    continue;
+                }
+                let slowdown = (x.runtime_s / fastest).max(1.0);
+                let bound = (slowdown / load.min(1.0) - 1.0) / busy;
+                // Its load without neighbours at this run's share, where a quiet run on the type
+                // measured its need.
+                let grown = quiet_need(t).map_or(0.0, |need| {
+                    (load / (need / share_of(x)).min(1.0) - 1.0) / busy
+                });
+                bound.max(grown).max(0.0)
+            }
         };
-        if !without.is_finite() || without <= 0.0 {
-            continue;
-        }
-        let per_busy = ((x.runtime_s / without - 1.0) / busy).max(0.0);
+        let combine = |old: f64| match class.kind {
+            JobKind::Training => old.max(k),
+            JobKind::Inference => old.min(k),
+        };
         out = Some(match out {
             None => NeighbourSlowdown {
-                per_busy,
+                per_busy: k,
                 up_to_busy: busy,
             },
             Some(n) => NeighbourSlowdown {
-                per_busy: n.per_busy.max(per_busy),
+                per_busy: combine(n.per_busy),
                 up_to_busy: n.up_to_busy.max(busy),
             },
         });
@@ -120,6 +159,14 @@ mod tests {
         }
     }
 
+    /// A service's run on a 40% share that kept `busy` of the GPU busy.
+    fn served(runtime_s: f64, busy: f64, neighbour_busy: Option<f64>) -> Sample {
+        Sample {
+            busy: Some(busy),
+            ..run(runtime_s, Some(40), neighbour_busy, false)
+        }
+    }
+
     fn service(cfg: &Config) -> JobClass {
         let mut c = cfg
             .classes
@@ -131,38 +178,57 @@ mod tests {
         c
     }
 
-    /// A service's runs beside busy neighbours, against its quiet runs: the slowdown per unit
-    /// of neighbour busy is the worst run's, and it holds up to the busiest neighbours seen.
+    /// A service that kept pace beside busy neighbours bounds its sensitivity by how far its
+    /// load was from saturation; one that fell behind measures it; the tightest run counts.
     #[test]
-    fn a_service_is_measured_against_its_quiet_runs() {
+    fn a_service_is_bounded_by_the_runs_that_kept_pace_and_measured_by_those_that_did_not() {
         let cfg = cfg();
         let class = service(&cfg);
         let t = cfg.reference_gpu;
-        let runs = [
-            run(300.0, Some(40), Some(0.0), false),
-            run(310.0, Some(40), None, true),
-            run(290.0, Some(40), Some(0.01), false),
-            // 2x slower beside neighbours 0.5 busy: 2 per unit.
-            run(600.0, Some(40), Some(0.5), false),
-            // Not slowed beside busier ones.
-            run(300.0, Some(40), Some(0.6), false),
+        let quiet = [
+            served(300.0, 0.04, Some(0.0)),
+            served(310.0, 0.04, Some(0.01)),
         ];
-        let samples: Vec<(usize, &Sample)> = runs.iter().map(|r| (t, r)).collect();
-        let n = learn(&cfg, &class, &samples, 0.05).expect("runs with busy neighbours");
-        assert!((n.per_busy - 2.0).abs() < 1e-9, "{n:?}");
-        assert!((n.up_to_busy - 0.6).abs() < 1e-9, "{n:?}");
+        let mut samples: Vec<(usize, &Sample)> = quiet.iter().map(|r| (t, r)).collect();
+        // Kept pace at load 0.1 (0.04 of its 0.4) beside neighbours 0.5 busy: the contention
+        // stayed within 10, k <= (10 - 1) / 0.5 = 18.
+        let paced = served(300.0, 0.04, Some(0.5));
+        samples.push((t, &paced));
+        let n = learn(&cfg, &class, &samples, 0.05).expect("a run beside busy neighbours");
+        assert!((n.per_busy - 18.0).abs() < 1e-9, "{n:?}");
+        assert!((n.up_to_busy - 0.5).abs() < 1e-9);
+        // Took twice its fastest quiet run at load 0.1 beside 0.25: contention 20, k = 76; the
+        // bound of 18 is tighter.
+        let behind = served(600.0, 0.04, Some(0.25));
+        samples.push((t, &behind));
+        let n = learn(&cfg, &class, &samples, 0.05).expect("measured");
+        assert!((n.per_busy - 18.0).abs() < 1e-9, "{n:?}");
+        assert!((n.up_to_busy - 0.5).abs() < 1e-9);
+        // Alone, the run that fell behind says k = 76.
+        let alone: Vec<(usize, &Sample)> = quiet.iter().chain([&behind]).map(|r| (t, r)).collect();
+        let n = learn(&cfg, &class, &alone, 0.05).expect("measured");
+        assert!((n.per_busy - 76.0).abs() < 1e-9, "{n:?}");
+        // Busy time that grew beside busy neighbours measures the contention where pace did
+        // not: 0.08 against a quiet 0.04 beside 0.5 is k >= 2; its pace bounds k <= 8 at load
+        // 0.2, and the larger stands.
+        let grown = served(300.0, 0.08, Some(0.5));
+        let g: Vec<(usize, &Sample)> = quiet.iter().chain([&grown]).map(|r| (t, r)).collect();
+        let n = learn(&cfg, &class, &g, 0.05).expect("measured");
+        assert!((n.per_busy - 8.0).abs() < 1e-9, "{n:?}");
     }
 
-    /// Runs beside idle neighbours, or with nothing measured of them, say nothing.
+    /// Runs beside idle neighbours, with nothing measured of them, or of a service whose busy
+    /// time the driver did not measure, say nothing.
     #[test]
     fn idle_or_unmeasured_neighbours_say_nothing() {
         let cfg = cfg();
         let class = service(&cfg);
         let t = cfg.reference_gpu;
         let runs = [
-            run(300.0, Some(40), Some(0.0), false),
-            run(300.0, Some(40), Some(0.02), false),
-            run(300.0, Some(40), None, false),
+            served(300.0, 0.04, Some(0.0)),
+            served(300.0, 0.04, Some(0.02)),
+            served(300.0, 0.04, None),
+            run(300.0, Some(40), Some(0.5), false),
         ];
         let samples: Vec<(usize, &Sample)> = runs.iter().map(|r| (t, r)).collect();
         assert_eq!(learn(&cfg, &class, &samples, 0.05), None);
