@@ -1807,6 +1807,29 @@ memory_gib = 8
         assert!((cfg.policy.limit_headroom - 2.0).abs() < 1e-12);
     }
 
+    /// The neighbour rule's settings: out of range is an error naming the field; absent, the
+    /// documented defaults.
+    #[test]
+    fn the_neighbour_settings_are_checked_by_name() {
+        let cfg = parse(SMALL).expect("valid");
+        assert!((cfg.policy.contention_worst - 98.4).abs() < 1e-12);
+        assert!((cfg.profiles.neighbour_min_busy - 0.05).abs() < 1e-12);
+        let bad = SMALL.replace(
+            "energy_weight = 0.5",
+            "energy_weight = 0.5\ncontention_worst = -1",
+        );
+        let errs = parse(&bad).expect_err("must fail");
+        assert_eq!(errs[0].field, "policy.contention_worst", "{}", errs[0]);
+        assert!(
+            errs[0].to_string().contains("-1 is outside 0..=1000"),
+            "{}",
+            errs[0]
+        );
+        let bad = format!("{SMALL}\n[profiles]\nneighbour_min_busy = 1.5\n");
+        let errs = parse(&bad).expect_err("must fail");
+        assert_eq!(errs[0].field, "profiles.neighbour_min_busy", "{}", errs[0]);
+    }
+
     #[test]
     fn a_spare_energy_weight_out_of_range_is_refused_by_name() {
         let bad = SMALL.replace(
