@@ -966,9 +966,9 @@ fn evaluate(
         // A share heshare sized itself stays within the job's time limit beside the busiest
         // neighbours the rest of the GPU could hold, as sensitive as its runs measured it, or
         // as the worst pair measured (`contention_worst`) where they did not: the first run
-        // beside a busy neighbour of a sensitive job would otherwise be its kill. (Where the limit is known
-        // against the job's measured runtime; a catalog class's limit is read against the
-        // slowest type, as for `limit_headroom`.)
+        // beside a busy neighbour of a sensitive job would otherwise be its kill. (Where the
+        // limit is known against the job's measured runtime; a catalog class's limit is read
+        // against the slowest type, as for `limit_headroom`.)
         if let (ShareSpec::Auto, Some(c), Some(_)) = (spec, cap, sizing.absolute) {
             let share = plan.shares[me].fraction();
             let others = 1.0 - share;
