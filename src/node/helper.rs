@@ -1340,18 +1340,9 @@ impl<'a> NodeHelper<'a> {
             profile_keys: first
                 .map_or_else(|| job.profile_keys.clone(), |p| p.profile_keys.clone()),
             exit: job.exit.clone(),
-            // Measured over most of its run, or not at all.
-            busy_frac: {
-                let (busy, window): (f64, f64) = parts.iter().fold((0.0, 0.0), |(b, w), p| {
-                    (b + p.busy_pct_s, w + p.busy_window_s)
-                });
-                #[allow(clippy::cast_precision_loss)]
-                let per_gpu = dur * parts.len().max(1) as f64;
-                (window > 0.5 * per_gpu && window > 0.0)
-                    .then(|| (busy / 100.0 / window).clamp(0.0, 1.0))
-            },
-            // Over the same measured intervals as its own busy fraction; none for a job that ran
-            // outside MPS or waited for another user's server (no co-clients beside it).
+            busy_frac: measured_fraction(parts, dur, |p| p.busy_pct_s),
+            // None for a job that ran outside MPS or waited for another user's server (no
+            // co-clients beside it).
             neighbour_busy: if parts.iter().any(|p| {
                 p.outside_mps_beside_uid.is_some()
                     || p.waits_for_uid.is_some()
@@ -1359,13 +1350,7 @@ impl<'a> NodeHelper<'a> {
             }) {
                 None
             } else {
-                let (busy, window): (f64, f64) = parts.iter().fold((0.0, 0.0), |(b, w), p| {
-                    (b + p.neighbour_busy_pct_s, w + p.busy_window_s)
-                });
-                #[allow(clippy::cast_precision_loss)]
-                let per_gpu = dur * parts.len().max(1) as f64;
-                (window > 0.5 * per_gpu && window > 0.0)
-                    .then(|| (busy / 100.0 / window).clamp(0.0, 1.0))
+                measured_fraction(parts, dur, |p| p.neighbour_busy_pct_s)
             },
             max_memory_mib: None,
             time_limit_s: job.time_limit_s,
@@ -1599,6 +1584,22 @@ fn interval_model_weights(
         }
     }
     (w, idle_w)
+}
+
+/// A busy fraction per GPU of a job's `parts` over a run of `dur` seconds: the percent-seconds
+/// `pct_s` gives each part, over the intervals in which the driver measured its processes.
+/// Measured over most of the run, or not at all.
+fn measured_fraction(
+    parts: &[JobOnGpu],
+    dur: f64,
+    pct_s: impl Fn(&JobOnGpu) -> f64,
+) -> Option<f64> {
+    let (busy, window): (f64, f64) = parts
+        .iter()
+        .fold((0.0, 0.0), |(b, w), p| (b + pct_s(p), w + p.busy_window_s));
+    #[allow(clippy::cast_precision_loss)]
+    let per_gpu = dur * parts.len().max(1) as f64;
+    (window > 0.5 * per_gpu && window > 0.0).then(|| (busy / 100.0 / window).clamp(0.0, 1.0))
 }
 
 /// Turns the driver's cumulative per-process work into this interval's work per job, and
