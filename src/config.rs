@@ -356,9 +356,13 @@ pub struct ProfileSettings {
     /// A `--gres=mps:P` batch job whose profile finishes it within its time limit on no type
     /// with a share gets a whole GPU of its own types (none on which a whole GPU ran out of time
     /// at that limit) instead of the share that would run out of time, while more than
-    /// `whole_share_idle` of their GPUs are spare; nothing else of heshare's goes with it. False
-    /// leaves such a request as asked.
+    /// `whole_out_of_time_idle` of their GPUs are spare; nothing else of heshare's goes with it.
+    /// False leaves such a request as asked.
     pub whole_out_of_time: bool,
+    /// Apart from `whole_share_idle`: a share kept for such a job is killed at its limit for
+    /// certain (its runs say so), a share kept for a neighbour's risk only perhaps, so the whole
+    /// GPU that saves a rerun is worth holding through a busier cluster.
+    pub whole_out_of_time_idle: f64,
     /// A shared run says how much busy neighbours slow the job (`[policy] contention_worst`)
     /// only where the driver measured its neighbours busy for at least this share of the GPU,
     /// summed over the run: beside idle neighbours it ran as fast as alone whatever it is.
@@ -383,8 +387,9 @@ impl Default for ProfileSettings {
             whole_first_runs: true,
             whole_first_runs_idle: 0.25,
             first_run_margin: 0.25,
-            whole_share_idle: 0.0,
+            whole_share_idle: 0.25,
             whole_out_of_time: true,
+            whole_out_of_time_idle: 0.0,
             neighbour_min_busy: 0.05,
         }
     }
@@ -1203,6 +1208,12 @@ fn validate(raw: RawConfig, errs: &mut Problems) -> Config {
     );
     check(
         errs,
+        finite_in(pr.whole_out_of_time_idle, 0.0, 1.0),
+        "profiles.whole_out_of_time_idle",
+        format!("{} is outside 0..=1", pr.whole_out_of_time_idle),
+    );
+    check(
+        errs,
         finite_in(pr.neighbour_min_busy, 0.0, 1.0),
         "profiles.neighbour_min_busy",
         format!("{} is outside 0..=1", pr.neighbour_min_busy),
@@ -1828,6 +1839,31 @@ memory_gib = 8
         let bad = format!("{SMALL}\n[profiles]\nneighbour_min_busy = 1.5\n");
         let errs = parse(&bad).expect_err("must fail");
         assert_eq!(errs[0].field, "profiles.neighbour_min_busy", "{}", errs[0]);
+    }
+
+    /// The two spare thresholds for a whole GPU instead of a share are apart and range-checked
+    /// by name.
+    #[test]
+    fn the_whole_gpu_spare_thresholds_are_checked_by_name() {
+        let cfg = parse(SMALL).expect("valid");
+        assert!(cfg.profiles.whole_out_of_time_idle.abs() < 1e-12);
+        let ok =
+            format!("{SMALL}\n[profiles]\nwhole_share_idle = 0.5\nwhole_out_of_time_idle = 0.1\n");
+        let cfg = parse(&ok).expect("valid");
+        assert!((cfg.profiles.whole_share_idle - 0.5).abs() < 1e-12);
+        assert!((cfg.profiles.whole_out_of_time_idle - 0.1).abs() < 1e-12);
+        let bad = format!("{SMALL}\n[profiles]\nwhole_out_of_time_idle = 2\n");
+        let errs = parse(&bad).expect_err("must fail");
+        assert_eq!(
+            errs[0].field, "profiles.whole_out_of_time_idle",
+            "{}",
+            errs[0]
+        );
+        assert!(
+            errs[0].to_string().contains("2 is outside 0..=1"),
+            "{}",
+            errs[0]
+        );
     }
 
     #[test]
