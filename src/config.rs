@@ -351,7 +351,8 @@ pub struct ProfileSettings {
     /// one) gets it only while more than `whole_share_idle` of its types' GPUs are idle beyond
     /// the demand waiting for them. Otherwise its own request stands, with `first_run_margin`
     /// more share: on a saturated cluster a whole GPU for one service is a GPU every job waiting
-    /// behind it goes without, and heshare takes no risk with a share it sized itself.
+    /// behind it goes without, and heshare takes no risk with a share it sized itself. (A kept
+    /// share its profile says runs out of time even alone is held to `whole_out_of_time_idle`.)
     pub whole_share_idle: f64,
     /// A `--gres=mps:P` batch job whose profile finishes it within its time limit on no type
     /// with a share gets a whole GPU of its own types (none on which a whole GPU ran out of time
