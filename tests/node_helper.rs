@@ -149,6 +149,16 @@ impl Node {
         );
     }
 
+    /// `heshare node sample` as its timer runs it: it must succeed; what it printed.
+    fn sample(&self) -> String {
+        let o = self
+            .cmd(&["node", "sample", "--node", "n1"])
+            .output()
+            .expect("runs");
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    }
+
     fn status(&self) -> Value {
         let o = self
             .cmd(&["node", "status", "--node", "n1", "--json"])
@@ -790,15 +800,7 @@ fn a_co_tenant_that_claims_a_light_class_pays_for_the_work_the_driver_measured()
     };
     edit_model(&n, |m| m["0"]["processes"] = procs(10.0, true, 40.0));
     pause();
-    let o = n
-        .cmd(&["node", "sample", "--node", "n1"])
-        .output()
-        .expect("runs");
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    assert_eq!(
-        String::from_utf8_lossy(&o.stdout),
-        "node n1: read GPUs [0]\n"
-    );
+    assert_eq!(n.sample(), "node n1: read GPUs [0]\n");
     // By the honest job's Epilog its process has exited; its work still counts as its own.
     edit_model(&n, |m| m["0"]["processes"] = procs(20.0, false, 80.0));
     pause();
@@ -1188,11 +1190,7 @@ fn a_context_time_sliced_outside_mps_is_no_ones_neighbour() {
         ]);
     });
     pause();
-    let o = n
-        .cmd(&["node", "sample", "--node", "n1"])
-        .output()
-        .expect("runs");
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    n.sample();
     pause();
     n.ok("epilog", &b);
     n.ok("epilog", &a);

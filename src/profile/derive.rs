@@ -180,10 +180,7 @@ fn power_ratio(
 ) -> Option<f64> {
     let measured = d.quantile(|s| s.dyn_frac, 0.5)?;
     let share = d
-        .quantile(
-            |s| Some(s.share_pct.map_or(1.0, |p| f64::from(p) / 100.0)),
-            0.5,
-        )
+        .quantile(|s| Some(super::learn::share_fraction(s.share_pct)), 0.5)
         .unwrap_or(1.0);
     let predicted = match class.kind {
         JobKind::Training => class.power_util * (share / class.demand.max(1e-6)).min(1.0),
@@ -458,7 +455,7 @@ pub fn derive(
             // behind): what it measured is a floor, taken one margin higher.
             let need = |x: &Sample| {
                 let busy = x.busy.or_else(|| x.dyn_frac.map(|f| f / pu))?;
-                let share = x.share_pct.map_or(1.0, |p| f64::from(p) / 100.0);
+                let share = super::learn::share_fraction(x.share_pct);
                 let floor = if busy >= 0.9 * share {
                     1.0 + s.saturated_margin
                 } else {

@@ -50,6 +50,12 @@ impl Outcome {
     }
 }
 
+/// The fraction of a GPU an MPS share of `share_pct` percent is (`None`: a whole GPU), within
+/// 1%..=100% whatever a record says: one reading for every step that learns from a share.
+pub fn share_fraction(share_pct: Option<u8>) -> f64 {
+    share_pct.map_or(1.0, |p| f64::from(p.clamp(1, 100)) / 100.0)
+}
+
 /// One run on one GPU type, as a profile keeps it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Sample {
@@ -302,6 +308,16 @@ mod tests {
         min_runtime_s: 60.0,
         max_samples: 4,
     };
+
+    /// A share's fraction is read the same way everywhere, and a record's out-of-range percent
+    /// never becomes a zero share (a division by it) or more than a whole GPU.
+    #[test]
+    fn a_share_is_a_fraction_of_one_gpu_within_one_percent_and_whole() {
+        assert!((share_fraction(None) - 1.0).abs() < 1e-12);
+        assert!((share_fraction(Some(40)) - 0.4).abs() < 1e-12);
+        assert!((share_fraction(Some(0)) - 0.01).abs() < 1e-12);
+        assert!((share_fraction(Some(250)) - 1.0).abs() < 1e-12);
+    }
 
     fn obs(id: &str, uid: u32, end: f64) -> Observation {
         Observation {

@@ -27,8 +27,7 @@ use crate::units::{Mhz, SharePct};
 
 /// A run's share as a fraction (a whole GPU where it held none).
 fn share_of(x: &Sample) -> f64 {
-    x.share_pct
-        .map_or(1.0, |p| f64::from(p.clamp(1, 100)) / 100.0)
+    super::learn::share_fraction(x.share_pct)
 }
 
 /// The neighbour slowdown `class`'s runs measured; `samples` are its kept runs with their type

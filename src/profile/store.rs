@@ -249,7 +249,7 @@ pub fn observation(cfg: &Config, r: &Record) -> Option<Observation> {
     let ngpus = r.gpus.len().max(1);
     #[allow(clippy::cast_precision_loss)]
     let per_gpu_w = r.avg_w / ngpus as f64;
-    let share = r.share_pct.map_or(1.0, |p| f64::from(p.min(100)) / 100.0);
+    let share = super::learn::share_fraction(r.share_pct);
     let dyn_frac = gpu.and_then(|g| {
         let span = (g.max_power.0 - g.idle_power.0) * factor;
         (span > 0.0 && r.energy_j.is_finite())
