@@ -109,7 +109,7 @@ pub struct PolicyKnobs {
     /// A job whose profile says its time limit leaves it less than this fraction over its
     /// runtime alone on a type gets a GPU of its own there: no neighbour, whose contention
     /// varies several-fold from pair to pair, can push it past its limit. (A share that gets no
-    /// whole GPU for it where none is spare keeps its own request: `whole_share_idle`.)
+    /// whole GPU for it where too few are spare keeps its own request: `whole_share_idle`.)
     #[serde(default = "default_limit_headroom")]
     pub limit_headroom: f64,
     /// The most sensitive a job may be to its neighbours (`k` in the contention `1 + k * busy`,

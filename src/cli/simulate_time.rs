@@ -385,7 +385,7 @@ fn print(out: &mut impl Write, r: &Report, trace: &str, cluster: &str, scale: f6
         let pct = |n: usize| 100.0 * n as f64 / p.submitted.max(1) as f64;
         writeln!(
             out,
-            "profiles: heshare decided {:.1}% of its {} GPU jobs with a profile (script {}, name {}, request {}; {:.1}% kept their own share with a margin where the profile asked for a whole GPU and none was spare, {:.1}% given a whole GPU where the profile finished their share within its time limit nowhere), {:.1}% by a label alone, {:.1}% with neither ({:.1}% given a whole GPU for a first run while GPUs were idle, {:.1}% their share with a margin, the rest left as asked); {} labels set aside by the job's runs ({} of them wrong); {} runs filed, {} profiles",
+            "profiles: heshare decided {:.1}% of its {} GPU jobs with a profile (script {}, name {}, request {}; {:.1}% kept their own share with a margin where the profile asked for a whole GPU and no quarter of their types' GPUs was spare, {:.1}% given a whole GPU where the profile finished their share within its time limit nowhere), {:.1}% by a label alone, {:.1}% with neither ({:.1}% given a whole GPU for a first run while GPUs were idle, {:.1}% their share with a margin, the rest left as asked); {} labels set aside by the job's runs ({} of them wrong); {} runs filed, {} profiles",
             pct(p.with_profile),
             p.submitted,
             p.by_level[0],

@@ -31,8 +31,8 @@ pub struct ProfileStats {
     pub as_asked: usize,
     pub whole_first_runs: usize,
     pub widened_first_runs: usize,
-    /// With a profile that would have it on a whole GPU while none was spare: its own request
-    /// with a margin (`[profiles] whole_share_idle`).
+    /// With a profile that would have it on a whole GPU while no more than `[profiles]
+    /// whole_share_idle` of its types' GPUs were spare: its own request with a margin.
     pub kept_shares: usize,
     /// With a profile that finishes it within its time limit on no type with a share: a whole
     /// GPU of its own types instead.

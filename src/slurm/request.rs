@@ -697,8 +697,10 @@ fn kept_share(
 }
 
 /// Whether `pct` of a GPU finishes the job within `limit_s` alone, at the default clock, on
-/// every type of `types` (Slurm may start it on any), as its profile predicts; no limit, or no
-/// valid share, is no kill to foresee.
+/// every type of `types` (Slurm may start it on any), as its profile predicts; no limit (or
+/// none placement would read as one), or no valid share, is no kill to foresee. The class is
+/// the profile's as learned, not sized up on types its runs never measured as placement sizes a
+/// service there: a kill certain by the job's own measurements, not by the catalog's guess.
 fn kept_finishes(
     cfg: &Config,
     learned: &Learned,
@@ -706,7 +708,10 @@ fn kept_finishes(
     pct: u8,
     limit_s: Option<f64>,
 ) -> bool {
-    let (Some(limit), Some(share)) = (limit_s, SharePct::new(pct)) else {
+    let (Some(limit), Some(share)) = (
+        limit_s.filter(|l| l.is_finite() && *l > 0.0),
+        SharePct::new(pct),
+    ) else {
         return true;
     };
     let reference = &cfg.gpu_types[cfg.reference_gpu];
@@ -731,9 +736,9 @@ fn kept_finishes(
 /// openb slice every such share Slurm killed at its limit would have finished alone on the type
 /// it ran on). Where none is spare, a whole GPU held through a queue costs every job behind it
 /// more than the rerun costs this one (twenty seeds at load 0.7: mean JCT 0.970 of as asked
-/// +- 0.021 with the spare rule, 0.996 +- 0.049 without, two congested seeds 1.3x and 1.6x). Nothing else
-/// of heshare's goes with it (no type of its choosing, no clock, no priority), and it is not
-/// re-decided: a kill of it is its own request's. Types where a run of it ran out of time with a
+/// +- 0.021 with the spare rule, 0.996 +- 0.049 without, two congested seeds 1.3x and 1.6x).
+/// Nothing else of heshare's goes with it (no type of its choosing, no clock, no priority), and
+/// it is not re-decided: a kill of it is its own request's. Types where a run of it ran out of time with a
 /// GPU of its own and a limit no shorter are left out; `None` where that leaves none, none is
 /// spare, or not a batch `--gres=mps:P` job on one GPU: left as asked.
 fn whole_for_limit(
@@ -1931,8 +1936,9 @@ mod tests {
     }
 
     /// A service whose profile asks for a whole GPU (its runs were killed at this limit while
-    /// sharing, on every type) gets one while GPUs are spare; once none is, its own request
-    /// stands with the first-run margin, nothing of heshare's in it, and it is not re-decided.
+    /// sharing, on every type) gets one while more than a quarter of the GPUs are spare; once
+    /// fewer are, its own request stands with the first-run margin, nothing of heshare's in it,
+    /// and it is not re-decided.
     #[test]
     fn a_profile_asking_for_a_whole_gpu_keeps_its_own_share_when_none_is_spare() {
         let cfg = cfg();
