@@ -404,6 +404,24 @@ pub fn round_up_share(fraction: f64, step: u8) -> SharePct {
     SharePct::new(clamped).unwrap_or(SharePct::FULL)
 }
 
+/// The runtime `predict` gives one job of `class` alone on `share` of a GPU of type `gpu` at SM
+/// clock `f`: what a run without neighbours is set against.
+pub fn runtime_alone_on(
+    class: &JobClass,
+    gpu: &GpuType,
+    reference: &GpuType,
+    share: SharePct,
+    f: Mhz,
+    params: ModelParams,
+) -> Seconds {
+    let tenant = Tenant {
+        class,
+        share,
+        user: 0,
+    };
+    predict(gpu, reference, &[tenant], f, params).jobs[0].runtime
+}
+
 /// Predicts every job's runtime and the GPU's power with `tenants` sharing one GPU of type `gpu`
 /// at SM clock `f`, assuming the set of jobs stays as it is.
 pub fn predict(

@@ -20,15 +20,10 @@
 //!
 //! Pure.
 
-use super::learn::Sample;
+use super::learn::{Sample, share_fraction};
 use crate::config::Config;
-use crate::model::{JobClass, JobKind, NeighbourSlowdown, Tenant, predict};
+use crate::model::{JobClass, JobKind, NeighbourSlowdown, runtime_alone_on};
 use crate::units::{Mhz, SharePct};
-
-/// A run's share as a fraction (a whole GPU where it held none).
-fn share_of(x: &Sample) -> f64 {
-    super::learn::share_fraction(x.share_pct)
-}
 
 /// The neighbour slowdown `class`'s runs measured; `samples` are its kept runs with their type
 /// index. `None` where no run had neighbours at least `min_busy` busy, or none can be set
@@ -82,21 +77,16 @@ pub fn learn(
                 let mhz = (f64::from(gpu.default_sm_clock.0) / x.stretch.max(1e-3))
                     .round()
                     .clamp(1.0, f64::from(u32::MAX)) as u32;
-                let tenant = Tenant {
-                    class,
-                    share,
-                    user: 0,
-                };
-                let without = predict(gpu, reference, &[tenant], Mhz(mhz), params).jobs[0]
-                    .runtime
-                    .0;
+                let without = runtime_alone_on(class, gpu, reference, share, Mhz(mhz), params).0;
                 if !without.is_finite() || without <= 0.0 {
                     continue;
                 }
                 ((x.runtime_s / without - 1.0) / busy).max(0.0)
             }
             JobKind::Inference => {
-                let (Some(fastest), Some(load)) = (fastest, x.busy.map(|b| b / share_of(x))) else {
+                let (Some(fastest), Some(load)) =
+                    (fastest, x.busy.map(|b| b / share_fraction(x.share_pct)))
+                else {
                     continue;
                 };
                 if !load.is_finite() || load <= 0.0 {
@@ -107,7 +97,7 @@ pub fn learn(
                 // Its load without neighbours at this run's share, where a quiet run on the type
                 // measured its need.
                 let grown = quiet_need(t).map_or(0.0, |need| {
-                    (load / (need / share_of(x)).min(1.0) - 1.0) / busy
+                    (load / (need / share_fraction(x.share_pct)).min(1.0) - 1.0) / busy
                 });
                 bound.max(grown).max(0.0)
             }
@@ -248,21 +238,15 @@ mod tests {
         let reference = &cfg.gpu_types[t];
         let params = crate::model::ModelParams::of(&cfg);
         let at_half = |c: &JobClass| {
-            let tenant = Tenant {
-                class: c,
-                share: SharePct::new(50).expect("50%"),
-                user: 0,
-            };
-            predict(
+            runtime_alone_on(
+                c,
                 reference,
                 reference,
-                &[tenant],
+                SharePct::new(50).expect("50%"),
                 reference.default_sm_clock,
                 params,
             )
-            .jobs[0]
-                .runtime
-                .0
+            .0
         };
         let r = 1.5 * at_half(&class);
         let runs = [run(r, Some(50), Some(0.25), false)];

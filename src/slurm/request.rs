@@ -664,16 +664,28 @@ fn kept_share(
     let snap = live.fresh()?;
     let types = first_run_types(cfg, site, Some(snap), sub, ask)?;
     let (spare, total) = spare_gpus(snap, &types);
+    if total <= 0.0 || types.is_empty() {
+        return None;
+    }
     let pct = widened_pct(cfg, asked);
+    let spare_beyond = |idle: f64| spare > idle * total;
     // A kept share its profile says runs out of time even alone on one of its types is a kill
     // for certain there, as an out-of-time share's is: the whole GPU at that rule's threshold.
-    let certain_kill = !kept_finishes(cfg, learned, &types, pct, sub.time_limit_s);
-    let idle = if certain_kill {
-        cfg.profiles.whole_out_of_time_idle
-    } else {
-        cfg.profiles.whole_share_idle
+    // The prediction is made only where the two thresholds disagree (this runs in job_submit).
+    let whole = match (
+        spare_beyond(cfg.profiles.whole_share_idle),
+        spare_beyond(cfg.profiles.whole_out_of_time_idle),
+    ) {
+        (share, out_of_time) if share == out_of_time => share,
+        (share, out_of_time) => {
+            if kept_finishes(cfg, learned, &types, pct, sub.time_limit_s) {
+                share
+            } else {
+                out_of_time
+            }
+        }
     };
-    if total <= 0.0 || types.is_empty() || spare > idle * total {
+    if whole {
         return None;
     }
     let why = format!(
@@ -718,13 +730,15 @@ fn kept_finishes(
     let params = crate::model::ModelParams::of(cfg);
     types.iter().all(|&t| {
         let gpu = &cfg.gpu_types[t];
-        let tenant = crate::model::Tenant {
-            class: &learned.class,
+        let runtime = crate::model::runtime_alone_on(
+            &learned.class,
+            gpu,
+            reference,
             share,
-            user: 0,
-        };
-        let p = crate::model::predict(gpu, reference, &[tenant], gpu.default_sm_clock, params);
-        p.jobs.first().is_none_or(|j| j.runtime.0 <= limit)
+            gpu.default_sm_clock,
+            params,
+        );
+        runtime.0 <= limit
     })
 }
 
@@ -738,9 +752,9 @@ fn kept_finishes(
 /// more than the rerun costs this one (twenty seeds at load 0.7: mean JCT 0.970 of as asked
 /// +- 0.021 with the spare rule, 0.996 +- 0.049 without, two congested seeds 1.3x and 1.6x).
 /// Nothing else of heshare's goes with it (no type of its choosing, no clock, no priority), and
-/// it is not re-decided: a kill of it is its own request's. Types where a run of it ran out of time with a
-/// GPU of its own and a limit no shorter are left out; `None` where that leaves none, none is
-/// spare, or not a batch `--gres=mps:P` job on one GPU: left as asked.
+/// it is not re-decided: a kill of it is its own request's. Types where a run of it ran out of
+/// time with a GPU of its own and a limit no shorter are left out; `None` where that leaves
+/// none, none is spare, or not a batch `--gres=mps:P` job on one GPU: left as asked.
 fn whole_for_limit(
     cfg: &Config,
     site: &Site,
@@ -2089,15 +2103,15 @@ mod tests {
         };
         let runtime_at = |pct: u8, t: usize| {
             let gpu = &cfg.gpu_types[t];
-            let tenant = crate::model::Tenant {
-                class: &learned.class,
-                share: SharePct::new(pct).expect("valid"),
-                user: 0,
-            };
-            let params = crate::model::ModelParams::of(&cfg);
-            crate::model::predict(gpu, reference, &[tenant], gpu.default_sm_clock, params).jobs[0]
-                .runtime
-                .0
+            crate::model::runtime_alone_on(
+                &learned.class,
+                gpu,
+                reference,
+                SharePct::new(pct).expect("valid"),
+                gpu.default_sm_clock,
+                crate::model::ModelParams::of(&cfg),
+            )
+            .0
         };
         // A limit a whole GPU of every type keeps, and 63% (50 and the margin) of some does not.
         let tight = 1.05
