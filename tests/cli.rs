@@ -434,8 +434,8 @@ fn profiles_are_updated_listed_shown_and_forgotten() {
         "{}",
         stdout(&o)
     );
-    // A run on half an a100 beside neighbours the driver measured 50% busy.
-    let shared = "{\"record_id\":\"n1:5:1\",\"kind\":\"job\",\"node\":\"n1\",\"job_id\":\"5\",\"uid\":1000,\"account\":\"phys\",\"gpus\":[0],\"gpu_type\":\"a100\",\"share_pct\":50,\"start\":100,\"end\":1900,\"energy_j\":360000,\"avg_w\":200,\"backend\":\"model\",\"basis\":\"measured\",\"neighbour_busy\":0.5,\"profile_keys\":[\"script:1000:00000000000000aa\"],\"exit\":\"0:0\"}\n";
+    // A run on half an a100, itself 48% busy, beside neighbours the driver measured 50% busy.
+    let shared = "{\"record_id\":\"n1:5:1\",\"kind\":\"job\",\"node\":\"n1\",\"job_id\":\"5\",\"uid\":1000,\"account\":\"phys\",\"gpus\":[0],\"gpu_type\":\"a100\",\"share_pct\":50,\"start\":100,\"end\":1900,\"energy_j\":360000,\"avg_w\":200,\"backend\":\"model\",\"basis\":\"measured\",\"busy_frac\":0.48,\"neighbour_busy\":0.5,\"profile_keys\":[\"script:1000:00000000000000aa\"],\"exit\":\"0:0\"}\n";
     let mut log = std::fs::OpenOptions::new()
         .append(true)
         .open(d.join("acct/n1.jsonl"))
@@ -453,6 +453,12 @@ fn profiles_are_updated_listed_shown_and_forgotten() {
     assert!(
         stdout(&o).contains("beside busy neighbours: contention 1 + ")
             && stdout(&o).contains("its runs measured up to 50% busy"),
+        "{}",
+        stdout(&o)
+    );
+    // It kept its 50% share 48% busy: throttled by the share, and the profile says so.
+    assert!(
+        stdout(&o).contains("1 kept runs filled what they held"),
         "{}",
         stdout(&o)
     );

@@ -164,9 +164,17 @@ pub fn run(out: &mut impl Write, cmd: &ProfilesCommand) -> Result<()> {
             writeln!(out, "{key}: {} runs", p.runs())?;
             writeln!(
                 out,
-                "  {:<10} {:>5} {:>5} {:>12} {:>12} {:>9} {:>7}",
-                "gpu type", "runs", "kept", "runtime p50", "runtime p90", "dyn power", "busy"
+                "  {:<10} {:>5} {:>5} {:>12} {:>12} {:>9} {:>7} {:>6}",
+                "gpu type",
+                "runs",
+                "kept",
+                "runtime p50",
+                "runtime p90",
+                "dyn power",
+                "busy",
+                "filled"
             )?;
+            let mut throttled = 0;
             for (t, runs) in &p.types {
                 let v = |f: &dyn Fn(&crate::profile::Sample) -> Option<f64>, q: f64| {
                     let x: Vec<f64> = runs.samples.iter().filter_map(f).collect();
@@ -175,20 +183,39 @@ pub fn run(out: &mut impl Write, cmd: &ProfilesCommand) -> Result<()> {
                 };
                 let show =
                     |x: Option<f64>, unit: &str| x.map_or("-".into(), |x| format!("{x:.2}{unit}"));
+                // Runs their share (or GPU) throttled: what they measured is a floor of their
+                // need, and the profile sizes it one `saturated_margin` higher.
+                let filled = runs
+                    .samples
+                    .iter()
+                    .filter(|s| {
+                        s.busy.is_some_and(|b| {
+                            crate::profile::learn::filled_its_share(b, s.share_pct)
+                        })
+                    })
+                    .count();
+                throttled += filled;
                 writeln!(
                     out,
-                    "  {t:<10} {:>5} {:>5} {:>12} {:>12} {:>9} {:>7}{}",
+                    "  {t:<10} {:>5} {:>5} {:>12} {:>12} {:>9} {:>7} {:>6}{}",
                     runs.runs,
                     runs.samples.len(),
                     show(v(&|s| Some(s.runtime_s), 0.5), " s"),
                     show(v(&|s| Some(s.runtime_s), 0.9), " s"),
                     show(v(&|s| s.dyn_frac, 0.5), ""),
                     show(v(&|s| s.busy, 0.5), ""),
+                    filled,
                     if runs.limit_kills.is_empty() {
                         String::new()
                     } else {
                         format!("  ({} killed at the limit)", runs.limit_kills.len())
                     },
+                )?;
+            }
+            if throttled > 0 {
+                writeln!(
+                    out,
+                    "  {throttled} kept runs filled what they held (90% busy or more): throttled by their share, they measured a floor of the job's need, taken [profiles] saturated_margin above it"
                 )?;
             }
             let share = k.as_str().contains("mps%3A");

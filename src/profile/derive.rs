@@ -455,8 +455,7 @@ pub fn derive(
             // behind): what it measured is a floor, taken one margin higher.
             let need = |x: &Sample| {
                 let busy = x.busy.or_else(|| x.dyn_frac.map(|f| f / pu))?;
-                let share = super::learn::share_fraction(x.share_pct);
-                let floor = if busy >= 0.9 * share {
+                let floor = if super::learn::filled_its_share(busy, x.share_pct) {
                     1.0 + s.saturated_margin
                 } else {
                     1.0

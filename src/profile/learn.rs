@@ -56,6 +56,13 @@ pub fn share_fraction(share_pct: Option<u8>) -> f64 {
     share_pct.map_or(1.0, |p| f64::from(p.clamp(1, 100)) / 100.0)
 }
 
+/// Whether a run kept its GPU as busy as what it held lets it be (90% of its MPS share, or of
+/// a whole GPU, or more): it may have needed more than it had, which throttled it, so what it
+/// measured is a floor of its need, not its need.
+pub fn filled_its_share(busy: f64, share_pct: Option<u8>) -> bool {
+    busy >= 0.9 * share_fraction(share_pct)
+}
+
 /// One run on one GPU type, as a profile keeps it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Sample {
@@ -313,6 +320,8 @@ mod tests {
     /// never becomes a zero share (a division by it) or more than a whole GPU.
     #[test]
     fn a_share_is_a_fraction_of_one_gpu_within_one_percent_and_whole() {
+        assert!(filled_its_share(0.28, Some(30)) && !filled_its_share(0.2, Some(30)));
+        assert!(filled_its_share(0.95, None) && !filled_its_share(0.5, None));
         assert!((share_fraction(None) - 1.0).abs() < 1e-12);
         assert!((share_fraction(Some(40)) - 0.4).abs() < 1e-12);
         assert!((share_fraction(Some(0)) - 0.01).abs() < 1e-12);
