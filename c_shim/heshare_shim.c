@@ -29,6 +29,9 @@ typedef struct {
 	const char *account;
 	char **argv;
 	uint32_t argc;
+	/* Nodes asked for (-N MIN[-MAX]); NO_VAL or 0 when not given. */
+	uint32_t min_nodes;
+	uint32_t max_nodes;
 } hs_job_view;
 
 void hs_job_view_fill(const job_desc_msg_t *d, hs_job_view *out)
@@ -51,6 +54,8 @@ void hs_job_view_fill(const job_desc_msg_t *d, hs_job_view *out)
 	out->account = d->account;
 	out->argv = d->argv;
 	out->argc = d->argc;
+	out->min_nodes = d->min_nodes;
+	out->max_nodes = d->max_nodes;
 }
 
 /* Addresses of the fields heshare writes; the caller swaps pointers allocated by Slurm's xmalloc. */

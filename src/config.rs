@@ -127,6 +127,15 @@ pub struct PolicyKnobs {
     /// `energy_weight` always. The node helper's clock keeps `energy_weight`.
     #[serde(default)]
     pub spare_energy_weight: Option<f64>,
+    /// Whether heshare may give a batch job's explicit `--gres=mps:P` on one GPU another share
+    /// or a whole GPU (a first run's whole GPU or wider share, a profile's sized share, a whole
+    /// GPU where the share would run out of time). Off, a user's request is kept as asked:
+    /// heshare decides only what it leaves open (a type for an untyped GRES, the clock, a
+    /// `--gpu-share` share, the priority). On, Slurm accounts such a job's whole GPU as
+    /// `gres/gpu`, it runs with no MPS thread limit, and its own `srun --gres=mps:Q` steps fail;
+    /// a job whose script launches steps that ask for GRES is never resized.
+    #[serde(default)]
+    pub resize_asked_shares: bool,
 }
 
 fn default_limit_headroom() -> f64 {

@@ -177,18 +177,22 @@ fn live_scenario(tag: &str, extra: &[(&str, &str)]) {
     });
     assert!(snapshot_age(&s) <= 5.0, "{s}");
 
-    // A share nothing is known of (no class, no profile yet), while most GPUs are idle: a whole
-    // GPU, so its run is not throttled and measures what it needs; no class or clock reaches
-    // the node helper.
+    // A share nothing is known of (no class, no profile yet), while most GPUs are idle: its
+    // user's share, as asked, with gres/mps's thread limit; its keys still go to the node
+    // helper, so that its run teaches its profile. (The site's opt-in to resizing it is
+    // tests/slurm_contract.rs's.)
     let first = submit(&["--gres=mps:40", "-t", "10", "--wrap", "true"]);
     let s = c.wait_done(&first);
-    assert_eq!(field(&s, "TresPerNode="), gres("gpu:1"), "{s}");
+    assert_eq!(field(&s, "TresPerNode="), gres("mps:40"), "{s}");
     assert!(
-        s.contains("AdminComment=heshare: first-run share=whole asked=40 site=+0 snapshot="),
+        s.contains("AdminComment=heshare: no --gpu-class and no profile of this job's runs yet, request left as asked"),
         "{s}"
     );
-    assert!(snapshot_age(&s) <= 5.0, "{s}");
     let prolog = c.read(&format!("log/prolog-{first}.env"));
+    assert!(
+        prolog.contains("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=40"),
+        "{prolog}"
+    );
     assert!(
         !prolog.contains("SPANK_HESHARE_CLASS=") && !prolog.contains("SPANK_HESHARE_SM_CLOCK"),
         "{prolog}"

@@ -101,7 +101,14 @@ pub fn run(out: &mut impl Write, cfg: &Config, args: &SimulateArgs, load: f64) -
     let report =
         experiment::run(cfg, &nodes, &trace, &spec, &|| bar.inc(1)).map_err(|e| anyhow!(e))?;
     bar.finish_and_clear();
-    print(out, &report, &trace_label, &cluster_label, args.scale)?;
+    print(
+        out,
+        &report,
+        &trace_label,
+        &cluster_label,
+        args.scale,
+        cfg.policy.resize_asked_shares,
+    )?;
     if let Some(path) = &args.plot {
         plot(path, &report)?;
     }
@@ -196,7 +203,16 @@ fn power_saving(args: &SimulateArgs) -> Result<PowerSaving> {
     Ok(s)
 }
 
-fn print(out: &mut impl Write, r: &Report, trace: &str, cluster: &str, scale: f64) -> Result<()> {
+/// `resize`: the site's opt-in to resizing explicit shares (`[policy] resize_asked_shares`),
+/// without which no share is kept with a margin or given a whole GPU.
+fn print(
+    out: &mut impl Write,
+    r: &Report,
+    trace: &str,
+    cluster: &str,
+    scale: f64,
+    resize: bool,
+) -> Result<()> {
     writeln!(
         out,
         "time mode: {} jobs x {} seeds from {trace}, on {cluster} scaled {scale:.2} ({} nodes, {} GPUs), load {:.2}",
@@ -383,20 +399,27 @@ fn print(out: &mut impl Write, r: &Report, trace: &str, cluster: &str, scale: f6
     if let Some(p) = &r.profiles {
         #[allow(clippy::cast_precision_loss)]
         let pct = |n: usize| 100.0 * n as f64 / p.submitted.max(1) as f64;
+        let resized = if resize {
+            format!(
+                "; resize_asked_shares on: {:.1}% kept their own share with a margin where the profile asked for a whole GPU and no quarter of their types' GPUs was spare, {:.1}% given a whole GPU where the profile finished their share within its time limit nowhere, {:.1}% given a whole GPU for a first run while GPUs were idle, {:.1}% a first run's share with a margin",
+                pct(p.kept_shares),
+                pct(p.whole_for_limit),
+                pct(p.whole_first_runs),
+                pct(p.widened_first_runs),
+            )
+        } else {
+            "; explicit shares kept as asked (resize_asked_shares off)".to_owned()
+        };
         writeln!(
             out,
-            "profiles: heshare decided {:.1}% of its {} GPU jobs with a profile (script {}, name {}, request {}; {:.1}% kept their own share with a margin where the profile asked for a whole GPU and no quarter of their types' GPUs was spare, {:.1}% given a whole GPU where the profile finished their share within its time limit nowhere), {:.1}% by a label alone, {:.1}% with neither ({:.1}% given a whole GPU for a first run while GPUs were idle, {:.1}% their share with a margin, the rest left as asked); {} labels set aside by the job's runs ({} of them wrong); {} runs filed, {} profiles",
+            "profiles: heshare decided {:.1}% of its {} GPU jobs with a profile (script {}, name {}, request {}), {:.1}% by a label alone, {:.1}% with neither{resized}; {} labels set aside by the job's runs ({} of them wrong); {} runs filed, {} profiles",
             pct(p.with_profile),
             p.submitted,
             p.by_level[0],
             p.by_level[1],
             p.by_level[2],
-            pct(p.kept_shares),
-            pct(p.whole_for_limit),
             pct(p.labelled),
             pct(p.as_asked),
-            pct(p.whole_first_runs),
-            pct(p.widened_first_runs),
             p.overruled,
             p.overruled_wrong,
             p.taught,

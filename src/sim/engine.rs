@@ -1892,9 +1892,11 @@ mod tests {
     }
 
     /// A job heshare has no label and no profile for is left as its user asked: Slurm runs it
-    /// with its own GRES, `mps:P` for a share (not a whole GPU it never asked for), except that
-    /// with `whole_first_runs` a share may get a whole GPU while GPUs are idle, and with
-    /// `first_run_margin` its share that much wider, and the report counts each such job.
+    /// with its own GRES, `mps:P` for a share (not a whole GPU it never asked for), whatever the
+    /// first-run settings, unless the site opted in to resizing explicit shares
+    /// (`resize_asked_shares`): then with `whole_first_runs` a share may get a whole GPU while
+    /// GPUs are idle, and with `first_run_margin` its share that much wider, and the report
+    /// counts each such job.
     #[test]
     fn heshare_leaves_a_job_it_knows_nothing_of_as_asked() {
         let (mut cfg, nodes, trace) = setup();
@@ -1913,9 +1915,17 @@ mod tests {
                 ..Recurrence::independent()
             },
         };
-        for (whole_first_runs, margin) in [(false, 0.0), (true, 0.0), (false, 0.25)] {
+        for (resize, whole_first_runs, first_run_margin) in [
+            (false, true, 0.25),
+            (true, false, 0.0),
+            (true, true, 0.0),
+            (true, false, 0.25),
+        ] {
+            cfg.policy.resize_asked_shares = resize;
             cfg.profiles.whole_first_runs = whole_first_runs;
-            cfg.profiles.first_run_margin = margin;
+            cfg.profiles.first_run_margin = first_run_margin;
+            let whole_first_runs = resize && whole_first_runs;
+            let margin = if resize { first_run_margin } else { 0.0 };
             let world = World::new(&cfg);
             let jobs = generate_jobs(&cfg, &world, &trace, gpus, &present(&nodes), wl);
             assert!(jobs.iter().all(|j| j.label.is_none()));

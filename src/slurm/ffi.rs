@@ -9,6 +9,7 @@
 //! a constant "%s" format. `job_submit` never calls Slurm's client API (it runs under
 //! slurmctld's locks): the live view comes from the snapshot thread (`live`).
 
+use super::contract::steps_ask_gres;
 use super::live;
 use super::request::{
     AskError, GpuAsk, Live, Site, Submission, Verdict, decide_with, merge_admin_comment,
@@ -54,6 +55,8 @@ struct JobView {
     account: *const c_char,
     argv: *mut *mut c_char,
     argc: u32,
+    min_nodes: u32,
+    max_nodes: u32,
 }
 
 unsafe extern "C" {
@@ -523,6 +526,8 @@ fn submit(desc: *mut c_void, submit_uid: u32, err_msg: *mut *mut c_char) -> c_in
         account: std::ptr::null(),
         argv: std::ptr::null_mut(),
         argc: 0,
+        min_nodes: 0,
+        max_nodes: 0,
     };
     // SAFETY: desc is slurmctld's job description; the shim only reads its fields.
     unsafe { hs_job_view_fill(desc, &mut v) };
@@ -655,6 +660,11 @@ fn submit(desc: *mut c_void, submit_uid: u32, err_msg: *mut *mut c_char) -> c_in
         opts: &opts,
         user: &user_s,
         batch: v.batch != 0,
+        // -N 2, or a range such as -N 1-3 that lets Slurm spread the job.
+        multi_node: [v.min_nodes, v.max_nodes]
+            .iter()
+            .any(|&n| n != no_val && n > 1),
+        steps_ask_gres: script.as_deref().is_some_and(steps_ask_gres),
         time_limit_s,
         features: features.as_deref(),
         prefer: prefer.as_deref(),

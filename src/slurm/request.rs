@@ -13,6 +13,7 @@
 //! 22.05 a pending job's GPU type cannot be changed: the type in TRES stays required beside the
 //! new one, and the job never runs). Where nodes lack the features the GRES names the one type.
 
+use super::contract;
 use super::snapshot::Snapshot;
 use crate::config::Config;
 use crate::model::full_speed_share;
@@ -239,6 +240,11 @@ pub struct Submission<'a> {
     /// False for srun/salloc allocations: their job steps ask again for the GRES the user gave,
     /// so a `gpu` request must stay a `gpu` request (heshare picks the types, not a share).
     pub batch: bool,
+    /// The job may span several nodes (`-N` above one, or a node range): left to Slurm.
+    pub multi_node: bool,
+    /// Its batch script launches steps that ask for GRES themselves
+    /// ([`super::contract::steps_ask_gres`]): its request is never resized.
+    pub steps_ask_gres: bool,
     pub time_limit_s: Option<f64>,
     /// The job's own `--constraint` and `--prefer`: heshare never overwrites them, so a job with
     /// either is offered one type.
@@ -266,6 +272,8 @@ impl<'a> Submission<'a> {
             opts,
             user,
             batch: true,
+            multi_node: false,
+            steps_ask_gres: false,
             time_limit_s: None,
             features: None,
             prefer: None,
@@ -330,8 +338,30 @@ pub fn decide(cfg: &Config, site: &Site, live: Live<'_>, sub: &Submission<'_>) -
 
 /// Decides for one job. The decision only names GPU types `site` has, with a node big enough
 /// for the job, so the rewrite cannot make Slurm reject a job its user's own request would have
-/// run. `ctx` keeps sharing plans between calls (the plugin keeps one per loaded config).
+/// run, and it keeps the request's contract ([`contract`]): a rewrite that would take away
+/// something the user asked for leaves the job as asked, saying what it would have done.
+/// `ctx` keeps sharing plans between calls (the plugin keeps one per loaded config).
 pub fn decide_with(
+    cfg: &Config,
+    site: &Site,
+    live: Live<'_>,
+    sub: &Submission<'_>,
+    ctx: &mut PlaceContext,
+) -> Verdict {
+    match (decide_within(cfg, site, live, sub, ctx), sub.ask) {
+        (Verdict::Rewrite(r), Some(ask)) => match contract::breach(cfg, sub, ask, &r) {
+            None => Verdict::Rewrite(r),
+            Some(why) => Verdict::Annotate(format!(
+                "heshare: request left as asked: {why} (heshare would have asked {})",
+                r.tres
+            )),
+        },
+        (v, _) => v,
+    }
+}
+
+/// The decision before the contract's last check.
+fn decide_within(
     cfg: &Config,
     site: &Site,
     live: Live<'_>,
@@ -346,6 +376,13 @@ pub fn decide_with(
             Verdict::PassThrough
         };
     };
+    if let Some(why) = contract::untouchable(sub) {
+        return if opts.gpu_share.is_some() || opts.gpu_class.is_some() {
+            Verdict::Annotate(format!("heshare: {why}"))
+        } else {
+            Verdict::PassThrough
+        };
+    }
     if ask.per_job
         && opts
             .gpu_share
@@ -384,7 +421,8 @@ pub fn decide_with(
             .is_some_and(|l| l.level != crate::profile::Level::Request)
             && sub.batch
             && matches!(asked, ShareRequest::Pct(_))
-            && cfg.profiles.size_shares =>
+            && cfg.profiles.size_shares
+            && contract::may_resize(cfg, sub, ask).is_ok() =>
         {
             ShareRequest::Auto
         }
@@ -413,10 +451,16 @@ pub fn decide_with(
             if let Some(r) = widened_first_run(cfg, site, live, sub, ask) {
                 return Verdict::Rewrite(r);
             }
-            return Verdict::Annotate(
-                "heshare: no --gpu-class and no profile of this job's runs yet, request left as asked"
-                    .into(),
-            );
+            // Where the site opted in to resizing shares, say why this one was not.
+            let kept = match contract::may_resize(cfg, sub, ask) {
+                Err(no) if cfg.policy.resize_asked_shares && ask.mps_pct.is_some() => {
+                    format!(" ({no})")
+                }
+                _ => String::new(),
+            };
+            return Verdict::Annotate(format!(
+                "heshare: no --gpu-class and no profile of this job's runs yet, request left as asked{kept}"
+            ));
         }
     };
     let fresh = live.fresh();
@@ -569,11 +613,12 @@ fn spare_gpus(snap: &Snapshot, types: &[usize]) -> (f64, f64) {
         })
 }
 
-/// The share a batch `--gres=mps:P` job on one GPU asks for, where heshare may decide a first
-/// run of it (profiles on); `None` for any other request.
+/// The share a batch `--gres=mps:P` job on one GPU asks for, where heshare may give it more of
+/// a GPU (the site's opt-in, profiles on, and no step of its that asks for GRES); `None` for any
+/// other request.
 fn first_run_share(cfg: &Config, sub: &Submission<'_>, ask: &GpuAsk) -> Option<u32> {
     let asked = ask.mps_pct?;
-    (cfg.profiles.enabled && sub.batch && !ask.per_job && ask.gpus == 1).then_some(asked)
+    (cfg.profiles.enabled && contract::may_resize(cfg, sub, ask).is_ok()).then_some(asked)
 }
 
 /// A first run's new request: a whole GPU (`mps_pct` `None`) or that MPS share of one, of the
@@ -1368,6 +1413,13 @@ mod tests {
         Config::parse(BUNDLED_CONFIG, Path::new("h.toml")).expect("valid")
     }
 
+    /// The bundled configuration with the site's opt-in to resizing explicit shares.
+    fn resizing() -> Config {
+        let mut c = cfg();
+        c.policy.resize_asked_shares = true;
+        c
+    }
+
     /// A site with `names` on nodes of two GPUs, none carrying its type as a feature.
     fn site(cfg: &Config, names: &[&str]) -> Site {
         Site {
@@ -1807,7 +1859,7 @@ mod tests {
     /// never re-decides it.
     #[test]
     fn an_unknown_share_runs_whole_while_gpus_are_idle_and_with_a_margin_when_they_are_not() {
-        let cfg = cfg();
+        let cfg = resizing();
         let site = local_site(&cfg);
         let nodes = local_nodes(&cfg);
         let ask = parse_tres_per_node(Some("gres:mps:40")).expect("ok");
@@ -1819,6 +1871,23 @@ mod tests {
             now_s: 100.0,
             max_age_s: 60.0,
         };
+        // By default the share is the user's: left as asked, GPUs idle or not.
+        assert!(
+            matches!(decide(&self::cfg(), &site, live, &sub), Verdict::Annotate(m) if m.contains("no profile of this job's runs yet")),
+        );
+        // Steps of its own that ask for GRES keep it as asked under the opt-in too.
+        assert!(matches!(
+            decide(
+                &cfg,
+                &site,
+                live,
+                &Submission {
+                    steps_ask_gres: true,
+                    ..sub
+                }
+            ),
+            Verdict::Annotate(_)
+        ));
         let r = rewrite_of(decide(&cfg, &site, live, &sub));
         assert_eq!(r.tres, "gres:gpu:1");
         assert_eq!((r.gpus, r.mps_pct, r.site_factor), (1, None, 0));
@@ -1955,7 +2024,7 @@ mod tests {
     /// and it is not re-decided.
     #[test]
     fn a_profile_asking_for_a_whole_gpu_keeps_its_own_share_when_none_is_spare() {
-        let cfg = cfg();
+        let cfg = resizing();
         let site = local_site(&cfg);
         let nodes = local_nodes(&cfg);
         let learned = learned_service(
@@ -2023,6 +2092,15 @@ mod tests {
                 r.admin_comment
             );
         };
+        // Without the site's opt-in the share is the user's, idle GPUs or not, and the
+        // AdminComment says what heshare would have asked.
+        for idle in [8, 0] {
+            let v = at(&busy(idle), &self::cfg());
+            assert!(
+                matches!(&v, Verdict::Annotate(m) if m.starts_with("heshare: request left as asked: it would turn the 50% share into a whole GPU") && m.contains("resize_asked_shares")),
+                "{v:?}"
+            );
+        }
         // More than a quarter of the eight GPUs idle beyond the demand waiting: three, not two.
         assert!((cfg.profiles.whole_share_idle - 0.25).abs() < 1e-12);
         whole(at(&busy(8), &cfg));
@@ -2077,7 +2155,7 @@ mod tests {
     /// (`whole_out_of_time_idle`), where a share that would finish alone keeps its request.
     #[test]
     fn a_kept_share_that_would_run_out_of_time_alone_gets_the_whole_gpu_while_one_is_spare() {
-        let cfg = cfg();
+        let cfg = resizing();
         let site = local_site(&cfg);
         let nodes = local_nodes(&cfg);
         let reference = &cfg.gpu_types[cfg.reference_gpu];
@@ -2164,7 +2242,7 @@ mod tests {
     /// whole GPU ran out of time too on every type, its request is left as asked.
     #[test]
     fn a_share_that_finishes_nowhere_in_time_gets_a_whole_gpu_of_its_types() {
-        let cfg = cfg();
+        let cfg = resizing();
         let site = local_site(&cfg);
         let reference = &cfg.gpu_types[cfg.reference_gpu];
         let service = learned_service(&cfg, vec![]);
