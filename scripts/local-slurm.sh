@@ -2,7 +2,7 @@
 # A real, heterogeneous Slurm cluster on this one machine, for heshare's tests and for admins who
 # want to try heshare before touching a production cluster.
 #
-#   scripts/local-slurm.sh start [DIR]   start munge (if not running), slurmctld and three slurmd
+#   scripts/local-slurm.sh start [DIR]   start munge (if not running), slurmctld and its slurmd
 #   scripts/local-slurm.sh stop  [DIR]   stop everything this script started, then remove DIR
 #   scripts/local-slurm.sh env   [DIR]   print the export line clients need (SLURM_CONF)
 #   scripts/local-slurm.sh restart-ctld [DIR]   stop slurmctld (SIGTERM) and start it on its state
@@ -27,12 +27,21 @@
 # HESHARE_OTHER_USER_SHARE=wait|time-slice sets the helper's [node] other_user_share.
 # HESHARE_MPS_CONTROL=program makes that program (copied to $DIR/lib, root-owned, 0755) the
 # helper's MPS control program: tests/fixtures/stand-in-mps-control where there is no driver.
+# HESHARE_SLURM_SHAPE=testsuite gives instead the cluster Slurm's own Python GRES tests ask for
+# (tests/features/gres: two nodes of 6 CPUs, each `Gres=gpu:1,mps:100` untyped, gres.conf
+# `Name=gpu File=/dev/tty0` and `Name=mps Count=100`), for scripts/slurm-regression.sh.
 set -euo pipefail
 
 cmd=${1:-}
 dir=${2:-${HESHARE_SLURM_DIR:-/tmp/heshare-slurm}}
 port=${HESHARE_SLURM_PORT:-17817}
 conf="$dir/etc/slurm.conf"
+shape=${HESHARE_SLURM_SHAPE:-hetero}
+case "$shape" in
+  hetero) nodes=(ha100 hv100 ht4) ;;
+  testsuite) nodes=(ts1 ts2) ;;
+  *) echo "local-slurm: HESHARE_SLURM_SHAPE=$shape: use hetero or testsuite" >&2; exit 1 ;;
+esac
 
 die() { echo "local-slurm: $*" >&2; exit 1; }
 
@@ -121,11 +130,21 @@ InactiveLimit=0
 MinJobAge=300
 KillWait=5
 Waittime=0
+CONF
+  if [ "$shape" = testsuite ]; then
+    cat >> "$conf" <<CONF
+NodeName=ts1 NodeHostname=localhost Port=$((port + 1)) CPUs=6 RealMemory=4000 Gres=gpu:1,mps:100 State=UNKNOWN
+NodeName=ts2 NodeHostname=localhost Port=$((port + 2)) CPUs=6 RealMemory=4000 Gres=gpu:1,mps:100 State=UNKNOWN
+PartitionName=gpu Nodes=ts1,ts2 Default=YES MaxTime=INFINITE State=UP
+CONF
+  else
+    cat >> "$conf" <<CONF
 NodeName=ha100 NodeHostname=localhost Port=$((port + 1)) CPUs=4 RealMemory=4000 Gres=gpu:a100:2,mps:200 Features=a100 State=UNKNOWN
 NodeName=hv100 NodeHostname=localhost Port=$((port + 2)) CPUs=4 RealMemory=4000 Gres=gpu:v100m16:2 Features=v100m16 State=UNKNOWN
 NodeName=ht4 NodeHostname=localhost Port=$((port + 3)) CPUs=4 RealMemory=4000 Gres=gpu:t4:4,mps:400 Features=t4 State=UNKNOWN
 PartitionName=gpu Nodes=ha100,hv100,ht4 Default=YES MaxTime=INFINITE State=UP
 CONF
+  fi
   [ -n "${HESHARE_SLURMCTLD_PARAMETERS:-}" ] && printf 'SlurmctldParameters=%s\n' "$HESHARE_SLURMCTLD_PARAMETERS" >> "$conf"
   case "${HESHARE_PRIORITY:-multifactor}" in
     multifactor) printf 'PriorityType=priority/multifactor\nPriorityCalcPeriod=1\n' >> "$conf" ;;
@@ -171,8 +190,12 @@ CONF
       install -m 0755 "$HESHARE_MPS_CONTROL" "$dir/lib/mps-control"
       mps_control="$dir/lib/mps-control"
     fi
-    { cat "$base"; printf '\n[node]\nbackend = "model"\nstate_dir = "%s"\naccounting_log = "%s"\nmps_control = "%s"\nmps_pipe_dir = "%s"\nmps_log_dir = "%s"\nnode_gpu_types = { ha100 = "a100", hv100 = "v100m16", ht4 = "t4" }\n' \
-        "$dir/node-state" "$dir/log/accounting.jsonl" "$mps_control" "$dir/run/mps" "$dir/log/mps"
+    # The model backend's type for each node's GPUs (the testsuite shape's are untyped in
+    # Slurm: the helper models them as an a100 and a t4).
+    local helper_types='ha100 = "a100", hv100 = "v100m16", ht4 = "t4"'
+    [ "$shape" = testsuite ] && helper_types='ts1 = "a100", ts2 = "t4"'
+    { cat "$base"; printf '\n[node]\nbackend = "model"\nstate_dir = "%s"\naccounting_log = "%s"\nmps_control = "%s"\nmps_pipe_dir = "%s"\nmps_log_dir = "%s"\nnode_gpu_types = { %s }\n' \
+        "$dir/node-state" "$dir/log/accounting.jsonl" "$mps_control" "$dir/run/mps" "$dir/log/mps" "$helper_types"
       if [ -n "${HESHARE_OTHER_USER_SHARE:-}" ]; then printf 'other_user_share = "%s"\n' "$HESHARE_OTHER_USER_SHARE"; fi
     } > "$dir/etc/heshare-node.toml"
     run_helper="HESHARE_CONFIG=$dir/etc/heshare-node.toml exec $dir/lib/heshare"
@@ -190,6 +213,11 @@ $run_helper
 PROLOG
   chmod 0755 "$dir/etc/prolog.sh"
   printf 'Prolog=%s\n' "$dir/etc/prolog.sh" >> "$conf"
+  if [ "$shape" = testsuite ]; then
+    [ -c /dev/tty0 ] || die "the testsuite shape needs /dev/tty0 (Slurm's GRES tests name it as the GPU)"
+    printf 'AutoDetect=off\nName=gpu File=/dev/tty0\nName=mps Count=100\n' > "$dir/etc/gres.conf"
+    return
+  fi
   cat > "$dir/etc/gres.conf" <<GRES
 AutoDetect=off
 NodeName=ha100 Name=gpu Type=a100 File=$dir/dev/nvidia[0-1]
@@ -232,7 +260,7 @@ start() {
   start_munge
   start_ctld -i
   local n
-  for n in ha100 hv100 ht4; do
+  for n in "${nodes[@]}"; do
     slurmd -N "$n" -f "$conf"
   done
   for _ in $(seq 150); do
@@ -240,7 +268,7 @@ start() {
       grep -E "fatal|heshare" "$dir/log/slurmctld.log" >&2 || true
       die "slurmctld exited (log: $dir/log/slurmctld.log)"
     fi
-    if [ "$(SLURM_CONF=$conf sinfo -h -N -o '%t' 2>/dev/null | grep -cE '^(idle|mix|alloc)')" -ge 3 ]; then
+    if [ "$(SLURM_CONF=$conf sinfo -h -N -o '%t' 2>/dev/null | grep -cE '^(idle|mix|alloc)')" -ge "${#nodes[@]}" ]; then
       echo "local-slurm: up in $dir (slurmctld on port $port); export SLURM_CONF=$conf"
       return
     fi

@@ -1,33 +1,45 @@
 #!/usr/bin/env bash
 # Slurm's own regression tests, run against the local cluster twice: once plain, once with
 # heshare loaded (job_submit plugin and SPANK options in slurmctld and the clients, node helper
-# as Prolog, Epilog and TaskProlog). A test that passes plain must pass with heshare; the script
-# prints both outcomes of every test that differs and exits 1 if heshare broke one.
+# as Prolog, Epilog and TaskProlog, the bundled heshare.toml). Every test must give the same
+# outcome both ways: the script prints each test whose outcome differs and exits 1 if any does.
 #
-#   scripts/slurm-regression.sh SLURM_SOURCE [pytest|expect|all]
+#   scripts/slurm-regression.sh [SLURM_SOURCE] [gres|all]
 #
-# SLURM_SOURCE is a checkout of Slurm at the installed version (for Debian 12:
-# `git clone -b slurm-22-05-8-1 https://github.com/SchedMD/slurm`); only its testsuite/ is
-# read. Needs root, a release build (target/release/heshare and libheshare.so), and for the
-# python suite python3-pytest and python3-pexpect, for the expect suite `expect`. The python
-# suite runs in Slurm's local-config mode (the cluster as it is; tests that must rewrite
-# slurm.conf skip); the expect suite runs the tests that exercise GRES/GPU/MPS, job arrays,
-# holds and nice, with a deadline of $HESHARE_REGRESSION_TIMEOUT seconds each (default 300).
+# SLURM_SOURCE is a Slurm source tree at the installed version; only its testsuite/ is read.
+# Without it, scripts/slurm-source.sh fetches Debian's source package of the installed Slurm
+# into $HESHARE_SLURM_SOURCE_CACHE (default /var/cache/heshare-slurm-source).
+#   gres (the default, what .ci/run runs): Python tests/commands/sbatch and tests/features/gres
+#        on two clusters (the local heterogeneous one, and the shape those tests ask for: two
+#        nodes of `Gres=gpu:1,mps:100`), and the expect tests 39.x (GPU) and 40.x (MPS) on the
+#        heterogeneous one.
+#   all: the whole Python suite (in local-config mode: tests that must rewrite slurm.conf skip)
+#        and every expect test that exercises GRES/GPU/MPS, job arrays, holds and nice (hours).
+# Needs root, a release build (target/release/heshare and libheshare.so), python3-pytest and
+# python3-pexpect for the Python suite and `expect` for the expect suite. Each expect test has a
+# deadline of $HESHARE_REGRESSION_TIMEOUT seconds (default 300). Logs of the runs stay in the
+# printed directory when a test differs, or with HESHARE_REGRESSION_KEEP=1.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-src=${1:?usage: scripts/slurm-regression.sh SLURM_SOURCE [pytest|expect|all]}
-what=${2:-all}
+case ${1:-} in
+  gres|all|"") src=""; what=${1:-gres} ;;
+  *) src=$1; what=${2:-gres} ;;
+esac
+case $what in gres|all) ;; *) echo "unknown suite: $what (gres or all)" >&2; exit 2 ;; esac
+if [ -z "$src" ]; then
+  cache=${HESHARE_SLURM_SOURCE_CACHE:-/var/cache/heshare-slurm-source}
+  src=$(bash scripts/slurm-source.sh "$cache") || { echo "cannot fetch Slurm's source" >&2; exit 2; }
+fi
 src=$(cd "$src" && pwd) || exit 2
 [ -d "$src/testsuite/python/tests" ] || { echo "$src/testsuite/python/tests: not a Slurm source tree" >&2; exit 2; }
-case $what in pytest|expect|all) ;; *) echo "unknown suite: $what" >&2; exit 2 ;; esac
 for f in target/release/heshare target/release/libheshare.so; do
   [ -e "$f" ] || { echo "$f: missing (cargo build --release)" >&2; exit 2; }
 done
 per_test=${HESHARE_REGRESSION_TIMEOUT:-300}
 py=/usr/bin/python3
 work=$(mktemp -d /tmp/heshare-regression.XXXXXX)
-keep=0  # set when a test broke: its logs stay for reading
-trap 'for c in plain heshare; do bash scripts/local-slurm.sh stop "$work/$c" >/dev/null 2>&1; done; [ "$keep" = 1 ] || rm -rf "$work"' EXIT
+keep=${HESHARE_REGRESSION_KEEP:-0}  # 1 when a test differs (or asked): the logs stay for reading
+trap 'for c in plain plain-ts heshare heshare-ts; do [ -d "$work/$c" ] && bash scripts/local-slurm.sh stop "$work/$c" >/dev/null 2>&1; done; [ "$keep" = 1 ] || rm -rf "$work"' EXIT
 
 start() {  # NAME PORT [ENV...]
   local name=$1 port=$2; shift 2
@@ -37,25 +49,41 @@ start() {  # NAME PORT [ENV...]
     "$src" "$src" "$work/$name/etc" > "$work/$name.testsuite.conf"
 }
 
-# One line per test, "OUTCOME TEST", in $work/NAME.outcomes.
-run_pytest() {  # NAME
-  local name=$1
+stop() {  # NAME
+  bash scripts/local-slurm.sh stop "$work/$1" >/dev/null 2>&1
+}
+
+with_heshare=(HESHARE_PLUGIN="$PWD/target/release/libheshare.so" HESHARE_NODE_HELPER="$PWD/target/release/heshare")
+
+# One line per test, "OUTCOME TEST", appended to $work/NAME.outcomes (NAME without its
+# plain/heshare prefix names the tests, so both runs' lines compare).
+run_pytest() {  # NAME TAG PATHS...
+  local name=$1 tag=$2; shift 2
   ( cd "$src/testsuite/python" && SLURM_CONF=$work/$name/etc/slurm.conf \
       SLURM_TESTSUITE_CONF=$work/$name.testsuite.conf \
-      timeout 3600 "$py" -m pytest tests -p no:cacheprovider -q -rA ) > "$work/$name.pytest.log" 2>&1
+      timeout 3600 "$py" -m pytest "$@" -p no:cacheprovider --basetemp="$work/$name.pytest-tmp" -q -rA ) \
+    > "$work/$name.pytest.log" 2>&1
   grep -E '^(PASSED|FAILED|ERROR|SKIPPED) ' "$work/$name.pytest.log" \
-    | sed -E 's/ - .*//; s/^SKIPPED \[[0-9]+\] /SKIPPED /' | awk '{print $1, "pytest:" $2}' >> "$work/$name.outcomes"
+    | sed -E 's/ - .*//; s/^SKIPPED \[[0-9]+\] /SKIPPED /' \
+    | awk -v t="$tag" '{print $1, t ":" $2}' >> "$work/$name.outcomes"
 }
 
 expect_tests() {
-  ( cd "$src/testsuite/expect" && grep -l -E -- '--gres|mps|--array|scontrol hold|--hold|--nice|nice=' test* 2>/dev/null \
-      | grep -E '^test[0-9]+\.[0-9]+$' | sort -V )
+  ( cd "$src/testsuite/expect" || exit
+    if [ "$what" = all ]; then
+      grep -l -E -- '--gres|mps|--array|scontrol hold|--hold|--nice|nice=' test* 2>/dev/null \
+        | grep -E '^test[0-9]+\.[0-9]+$'
+    else
+      ls | grep -E '^test(39|40)\.[0-9]+$'
+    fi | sort -V )
 }
 
+# The expect tests write their scratch files beside themselves: each side runs its own copy.
 run_expect() {  # NAME
-  local name=$1 t rc out
+  local name=$1 t rc out dir="$work/$1.expect"
+  cp -r "$src/testsuite/expect" "$dir"
   for t in $(expect_tests); do
-    out=$(cd "$src/testsuite/expect" && SLURM_CONF=$work/$name/etc/slurm.conf \
+    out=$(cd "$dir" && SLURM_CONF=$work/$name/etc/slurm.conf \
             SLURM_TESTSUITE_CONF=$work/$name.testsuite.conf timeout "$per_test" expect "./$t" 2>&1)
     rc=$?
     if grep -q "^SUCCESS *: $t" <<<"$out"; then echo "PASSED expect:$t"
@@ -63,35 +91,70 @@ run_expect() {  # NAME
     elif [ "$rc" = 124 ]; then echo "TIMEOUT expect:$t"
     else echo "FAILED expect:$t"
     fi
+    # Subtests that failed, by number: a test failing both ways may fail differently.
+    grep -oE 'Subtest +[0-9]+ failed' <<<"$out" | awk -v t="$t" '{print "FAILED expect:" t ":subtest" $2}' | sort -u
     printf '%s\n' "$out" > "$work/$name.$t.log"
     # A test that left jobs behind must not hold up the next.
     SLURM_CONF=$work/$name/etc/slurm.conf scancel --full --quiet --user=root 2>/dev/null
   done >> "$work/$name.outcomes"
 }
 
-start plain 18817
-start heshare 18857 HESHARE_PLUGIN="$PWD/target/release/libheshare.so" \
-  HESHARE_NODE_HELPER="$PWD/target/release/heshare"
-: > "$work/plain.outcomes"; : > "$work/heshare.outcomes"
-for name in plain heshare; do
-  if [ "$what" != expect ]; then run_pytest "$name"; fi
-  if [ "$what" != pytest ]; then run_expect "$name"; fi
+# One side: its clusters one after the other, its outcomes in $work/SIDE.outcomes.
+run_side() {  # SIDE PORT [ENV...]
+  local side=$1 port=$2; shift 2
+  : > "$work/$side.outcomes"
+  start "$side" "$port" "$@"
+  if [ "$what" = all ]; then
+    run_pytest "$side" pytest tests
+  else
+    run_pytest "$side" hetero tests/commands/sbatch tests/features/gres
+  fi
+  run_expect "$side"
+  stop "$side"
+  if [ "$what" = gres ]; then
+    # The shape Slurm's Python GRES tests ask for; its outcomes join this side's.
+    start "$side-ts" "$((port + 20))" HESHARE_SLURM_SHAPE=testsuite "$@"
+    run_pytest "$side-ts" testsuite tests/commands/sbatch tests/features/gres
+    cat "$work/$side-ts.outcomes" >> "$work/$side.outcomes"
+    stop "$side-ts"
+  fi
+}
+
+t0=$SECONDS
+# Both sides at once, on clusters of their own (their tests mostly wait on Slurm).
+run_side plain 18817 > "$work/plain.run" 2>&1 &
+plain_pid=$!
+run_side heshare 18857 "${with_heshare[@]}" > "$work/heshare.run" 2>&1 &
+heshare_pid=$!
+wait "$plain_pid"; plain_rc=$?
+wait "$heshare_pid"; heshare_rc=$?
+for side in plain heshare; do
+  [ -s "$work/$side.run" ] && sed "s/^/$side: /" "$work/$side.run"
 done
+if [ "$plain_rc" != 0 ] || [ "$heshare_rc" != 0 ]; then
+  keep=1
+  echo "slurm-regression: a cluster did not run (logs kept in $work)" >&2
+  exit 2
+fi
 
 summary() { awk '{print $1}' "$1" | sort | uniq -c | awk '{printf "%s %s  ", $2, $1}'; echo; }
+echo "$(slurmctld -V), suite $what: $(grep -vc ':subtest' "$work/plain.outcomes") tests, $((SECONDS - t0)) s"
 echo "without heshare: $(summary "$work/plain.outcomes")"
 echo "with heshare:    $(summary "$work/heshare.outcomes")"
-broke=0
-while read -r outcome test; do
-  theirs=$(awk -v t="$test" '$2 == t {print $1}' "$work/heshare.outcomes")
-  [ "$outcome" = "${theirs:-MISSING}" ] && continue
-  echo "differs: $test: without heshare $outcome, with heshare ${theirs:-MISSING}"
-  if [ "$outcome" = PASSED ]; then broke=1; fi
-done < "$work/plain.outcomes"
-if [ "$broke" = 0 ]; then
-  echo "slurm-regression: every test that passes without heshare passes with it"
+differ=0
+for side in plain heshare; do sort -u "$work/$side.outcomes" > "$work/$side.sorted"; done
+while read -r test; do
+  mine=$(awk -v t="$test" '$2 == t {print $1}' "$work/plain.sorted" | paste -sd, -)
+  theirs=$(awk -v t="$test" '$2 == t {print $1}' "$work/heshare.sorted" | paste -sd, -)
+  [ "$mine" = "$theirs" ] && continue
+  echo "differs: $test: without heshare ${mine:-MISSING}, with heshare ${theirs:-MISSING}"
+  differ=1
+done < <(cat "$work/plain.sorted" "$work/heshare.sorted" | awk '{print $2}' | sort -u)
+if [ "$differ" = 0 ]; then
+  echo "slurm-regression: every test gives the same outcome with and without heshare"
+  [ "$keep" = 1 ] && echo "slurm-regression: logs kept in $work"
 else
   keep=1
-  echo "slurm-regression: heshare broke tests that pass without it (logs kept in $work)"
+  echo "slurm-regression: outcomes differ with heshare (logs kept in $work)"
 fi
-exit "$broke"
+exit "$differ"

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Fetches and unpacks Debian's source package of the installed Slurm (slurm-wlm), Debian's
+# patches applied, for its regression suite (testsuite/): what scripts/slurm-regression.sh runs.
+#
+#   scripts/slurm-source.sh DIR      prints the unpacked tree's path (DIR/slurm-wlm-VERSION)
+#
+# The version is the installed package's, so the tests match the daemons under test; the
+# release is this machine's (/etc/os-release). apt reads a deb-src list of its own (the system's
+# sources are not touched). A tree already unpacked in DIR is reused. Needs apt and dpkg-source
+# (Debian's dpkg-dev).
+set -euo pipefail
+dir=${1:?usage: scripts/slurm-source.sh DIR}
+die() { echo "slurm-source: $*" >&2; exit 1; }
+version=$(dpkg-query -W -f='${Version}' slurm-wlm 2>/dev/null) || die "slurm-wlm is not installed"
+[ -n "$version" ] || die "slurm-wlm is not installed"
+upstream=${version#*:}
+upstream=${upstream%-*}
+tree="$dir/slurm-wlm-$upstream"
+if [ -d "$tree/testsuite/python/tests" ]; then
+  echo "$tree"
+  exit 0
+fi
+command -v dpkg-source >/dev/null || die "dpkg-source missing: install dpkg-dev"
+. /etc/os-release
+codename=${VERSION_CODENAME:?no VERSION_CODENAME in /etc/os-release}
+mkdir -p "$dir/apt/lists/partial"
+dir=$(cd "$dir" && pwd)
+tree="$dir/slurm-wlm-$upstream"
+cat > "$dir/apt/sources.list" <<LIST
+deb-src http://deb.debian.org/debian $codename main
+LIST
+apt_opts=(-o "Dir::Etc::SourceList=$dir/apt/sources.list" -o Dir::Etc::SourceParts=/dev/null
+  -o "Dir::State::Lists=$dir/apt/lists" -o APT::Sandbox::User=root)
+apt-get "${apt_opts[@]}" -q update >&2 || die "apt-get update of the deb-src list failed"
+(cd "$dir" && apt-get "${apt_opts[@]}" -q source --download-only "slurm-wlm=$version" >&2) \
+  || die "cannot download the source of slurm-wlm $version from $codename"
+dsc=$(ls "$dir"/slurm-wlm_*.dsc | head -n1)
+rm -rf "$tree"
+dpkg-source --no-check -x "$dsc" "$tree" >&2 || die "cannot unpack $dsc"
+[ -d "$tree/testsuite/python/tests" ] || die "$tree has no testsuite/"
+echo "$tree"
