@@ -9,9 +9,10 @@
 # SLURM_SOURCE is a Slurm source tree at the installed version; only its testsuite/ is read.
 # Without it, scripts/slurm-source.sh fetches Debian's source package of the installed Slurm
 # into $HESHARE_SLURM_SOURCE_CACHE (default /var/cache/heshare-slurm-source).
-#   gres (the default, what .ci/run runs): Python tests/commands/sbatch and tests/features/gres
-#        on two clusters (the local heterogeneous one, and the shape those tests ask for: two
-#        nodes of `Gres=gpu:1,mps:100`), and the expect tests 39.x (GPU) and 40.x (MPS) on the
+#   gres (the default, what .ci/run runs): the Python tests that submit GPU or MPS work (on
+#        22.05 tests/features/gres and tests/commands/sbatch's) on two clusters (the local
+#        heterogeneous one, and the shape 22.05's MPS tests ask for: two nodes of
+#        `Gres=gpu:1,mps:100`), and the expect tests 39.x (GPU) and 40.x (MPS) on the
 #        heterogeneous one.
 #   all: the whole Python suite (in local-config mode: tests that must rewrite slurm.conf skip)
 #        and every expect test that exercises GRES/GPU/MPS, job arrays, holds and nice (hours).
@@ -68,6 +69,12 @@ run_pytest() {  # NAME TAG PATHS...
     | awk -v t="$tag" '{print $1, t ":" $2}' >> "$work/$name.outcomes"
 }
 
+# The Python tests that submit GPU or MPS work: tests/commands/sbatch's and tests/features/gres's
+# up to 23.02, test_105_*, test_121_* and their kin from 23.11 (one flat directory).
+gres_pytests() {
+  ( cd "$src/testsuite/python" && grep -rl --include='*.py' -E -e '--gres|--gpus|gres/gpu|mps' tests | sort )
+}
+
 expect_tests() {
   ( cd "$src/testsuite/expect" || exit
     if [ "$what" = all ]; then
@@ -107,14 +114,14 @@ run_side() {  # SIDE PORT [ENV...]
   if [ "$what" = all ]; then
     run_pytest "$side" pytest tests
   else
-    run_pytest "$side" hetero tests/commands/sbatch tests/features/gres
+    run_pytest "$side" hetero $(gres_pytests)
   fi
   run_expect "$side"
   stop "$side"
   if [ "$what" = gres ]; then
     # The shape Slurm's Python GRES tests ask for; its outcomes join this side's.
     start "$side-ts" "$((port + 20))" HESHARE_SLURM_SHAPE=testsuite "$@"
-    run_pytest "$side-ts" testsuite tests/commands/sbatch tests/features/gres
+    run_pytest "$side-ts" testsuite $(gres_pytests)
     cat "$work/$side-ts.outcomes" >> "$work/$side.outcomes"
     stop "$side-ts"
   fi

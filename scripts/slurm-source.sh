@@ -32,10 +32,18 @@ LIST
 apt_opts=(-o "Dir::Etc::SourceList=$dir/apt/sources.list" -o Dir::Etc::SourceParts=/dev/null
   -o "Dir::State::Lists=$dir/apt/lists" -o APT::Sandbox::User=root)
 apt-get "${apt_opts[@]}" -q update >&2 || die "apt-get update of the deb-src list failed"
-(cd "$dir" && apt-get "${apt_opts[@]}" -q source --download-only "slurm-wlm=$version" >&2) \
-  || die "cannot download the source of slurm-wlm $version from $codename"
-dsc=$(ls "$dir"/slurm-wlm_*.dsc | head -n1)
 rm -rf "$tree"
-dpkg-source --no-check -x "$dsc" "$tree" >&2 || die "cannot unpack $dsc"
+if (cd "$dir" && apt-get "${apt_opts[@]}" -q source --download-only "slurm-wlm=$version" >&2); then
+  dsc="$dir/slurm-wlm_${version#*:}.dsc"
+  dpkg-source --no-check -x "$dsc" "$tree" >&2 || die "cannot unpack $dsc"
+else
+  # A mirror may list a stable update's source without carrying its .dsc and Debian diff; the
+  # upstream tarball, which apt fetched, holds the same testsuite/ (Debian's patches leave it).
+  orig=$(ls "$dir/slurm-wlm_$upstream".orig.tar.* 2>/dev/null | head -n1)
+  [ -n "$orig" ] || die "cannot download the source of slurm-wlm $version from $codename"
+  echo "slurm-source: no Debian source package of $version here; using the upstream $(basename "$orig")" >&2
+  mkdir -p "$tree"
+  tar -xf "$orig" -C "$tree" --strip-components=1 || die "cannot unpack $orig"
+fi
 [ -d "$tree/testsuite/python/tests" ] || die "$tree has no testsuite/"
 echo "$tree"
