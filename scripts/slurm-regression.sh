@@ -40,7 +40,7 @@ per_test=${HESHARE_REGRESSION_TIMEOUT:-300}
 py=/usr/bin/python3
 work=$(mktemp -d /tmp/heshare-regression.XXXXXX)
 keep=${HESHARE_REGRESSION_KEEP:-0}  # 1 when a test differs (or asked): the logs stay for reading
-trap 'for c in plain plain-ts heshare heshare-ts; do [ -d "$work/$c" ] && bash scripts/local-slurm.sh stop "$work/$c" >/dev/null 2>&1; done; [ "$keep" = 1 ] || rm -rf "$work"' EXIT
+trap 'for c in "$work"/*/etc; do [ -d "$c" ] && bash scripts/local-slurm.sh stop "$(dirname "$c")" >/dev/null 2>&1; done; [ "$keep" = 1 ] || rm -rf "$work"' EXIT
 
 start() {  # NAME PORT [ENV...]
   local name=$1 port=$2; shift 2
@@ -55,18 +55,21 @@ stop() {  # NAME
 }
 
 with_heshare=(HESHARE_PLUGIN="$PWD/target/release/libheshare.so" HESHARE_NODE_HELPER="$PWD/target/release/heshare")
+side_env() {  # SIDE: the environment its clusters start with
+  [ "$1" = heshare ] && printf '%s\n' "${with_heshare[@]}"
+}
 
-# One line per test, "OUTCOME TEST", appended to $work/NAME.outcomes (NAME without its
-# plain/heshare prefix names the tests, so both runs' lines compare).
-run_pytest() {  # NAME TAG PATHS...
-  local name=$1 tag=$2; shift 2
+# Outcomes are lines "OUTCOME TEST", TEST prefixed by where it ran (hetero:, testsuite:,
+# expect:) so that both sides' lines compare; failed expect subtests are lines of their own.
+run_pytest() {  # CLUSTER TAG OUT PATHS...
+  local name=$1 tag=$2 out=$3; shift 3
   ( cd "$src/testsuite/python" && SLURM_CONF=$work/$name/etc/slurm.conf \
       SLURM_TESTSUITE_CONF=$work/$name.testsuite.conf \
       timeout 3600 "$py" -m pytest "$@" -p no:cacheprovider --basetemp="$work/$name.pytest-tmp" -q -rA ) \
     > "$work/$name.pytest.log" 2>&1
   grep -E '^(PASSED|FAILED|ERROR|SKIPPED) ' "$work/$name.pytest.log" \
     | sed -E 's/ - .*//; s/^SKIPPED \[[0-9]+\] /SKIPPED /' \
-    | awk -v t="$tag" '{print $1, t ":" $2}' >> "$work/$name.outcomes"
+    | awk -v t="$tag" '{print $1, t ":" $2}' >> "$out"
 }
 
 # The Python tests that submit GPU or MPS work: tests/commands/sbatch's and tests/features/gres's
@@ -85,11 +88,11 @@ expect_tests() {
     fi | sort -V )
 }
 
-# The expect tests write their scratch files beside themselves: each side runs its own copy.
-run_expect() {  # NAME
-  local name=$1 t rc out dir="$work/$1.expect"
-  cp -r "$src/testsuite/expect" "$dir"
-  for t in $(expect_tests); do
+# The expect tests write their scratch files beside themselves: each cluster runs its own copy.
+run_expect() {  # CLUSTER OUT TESTS...
+  local name=$1 outf=$2 t rc out dir="$work/$1.expect"; shift 2
+  [ -d "$dir" ] || cp -r "$src/testsuite/expect" "$dir"
+  for t in "$@"; do
     out=$(cd "$dir" && SLURM_CONF=$work/$name/etc/slurm.conf \
             SLURM_TESTSUITE_CONF=$work/$name.testsuite.conf timeout "$per_test" expect "./$t" 2>&1)
     rc=$?
@@ -103,35 +106,62 @@ run_expect() {  # NAME
     printf '%s\n' "$out" > "$work/$name.$t.log"
     # A test that left jobs behind must not hold up the next.
     SLURM_CONF=$work/$name/etc/slurm.conf scancel --full --quiet --user=root 2>/dev/null
-  done >> "$work/$name.outcomes"
+  done >> "$outf"
 }
 
-# One side: its clusters one after the other, its outcomes in $work/SIDE.outcomes.
-run_side() {  # SIDE PORT [ENV...]
-  local side=$1 port=$2; shift 2
-  : > "$work/$side.outcomes"
-  start "$side" "$port" "$@"
-  if [ "$what" = all ]; then
-    run_pytest "$side" pytest tests
+# One side, its clusters one after the other: the tests of the suite, or (with a file of keys,
+# see `key` below) only those. Outcomes go to OUT.
+run_side() {  # SIDE PORT OUT [KEYS]
+  local side=$1 port=$2 out=$3 keys=${4:-} env_lines pyt exp tst
+  mapfile -t env_lines < <(side_env "$side")
+  : > "$out"
+  if [ -n "$keys" ]; then
+    pyt=$(sed -n 's/^\(hetero\|pytest\)://p' "$keys")
+    exp=$(sed -n 's/^expect://p' "$keys")
+    tst=$(sed -n 's/^testsuite://p' "$keys")
   else
-    run_pytest "$side" hetero $(gres_pytests)
+    if [ "$what" = all ]; then pyt=tests; else pyt=$(gres_pytests); fi
+    exp=$(expect_tests)
+    tst=$([ "$what" = gres ] && gres_pytests)
   fi
-  run_expect "$side"
-  stop "$side"
-  if [ "$what" = gres ]; then
-    # The shape Slurm's Python GRES tests ask for; its outcomes join this side's.
-    start "$side-ts" "$((port + 20))" HESHARE_SLURM_SHAPE=testsuite "$@"
-    run_pytest "$side-ts" testsuite $(gres_pytests)
-    cat "$work/$side-ts.outcomes" >> "$work/$side.outcomes"
+  local tag=hetero
+  [ "$what" = all ] && tag=pytest
+  if [ -n "$pyt$exp" ]; then
+    start "$side" "$port" "${env_lines[@]}"
+    # shellcheck disable=SC2086 # lists of test paths and names
+    [ -n "$pyt" ] && run_pytest "$side" "$tag" "$out" $pyt
+    # shellcheck disable=SC2086
+    [ -n "$exp" ] && run_expect "$side" "$out" $exp
+    stop "$side"
+  fi
+  if [ -n "$tst" ]; then
+    # The shape Slurm's Python GRES tests ask for.
+    start "$side-ts" "$((port + 20))" HESHARE_SLURM_SHAPE=testsuite "${env_lines[@]}"
+    # shellcheck disable=SC2086
+    run_pytest "$side-ts" testsuite "$out" $tst
     stop "$side-ts"
   fi
 }
 
+# A test's key, what is run again: expect:TEST for an expect test and its subtests, TAG:FILE.py
+# for a Python test (its file).
+key() { awk '{t = $2; if (t ~ /^expect:/) { split(t, a, ":"); print a[1] ":" a[2] } else { sub(/\.py.*/, ".py", t); print t } }'; }
+
+# Prints each test whose outcomes (its line and its failed subtests) differ between two files.
+compare() {  # PLAIN HESHARE
+  local a=$1 b=$2 test mine theirs
+  while read -r test; do
+    mine=$(awk -v t="$test" '$2 == t {print $1}' "$a" | sort -u | paste -sd, -)
+    theirs=$(awk -v t="$test" '$2 == t {print $1}' "$b" | sort -u | paste -sd, -)
+    [ "$mine" = "$theirs" ] || echo "$test: without heshare ${mine:-MISSING}, with heshare ${theirs:-MISSING}"
+  done < <(cat "$a" "$b" | awk '{print $2}' | sort -u)
+}
+
 t0=$SECONDS
 # Both sides at once, on clusters of their own (their tests mostly wait on Slurm).
-run_side plain 18817 > "$work/plain.run" 2>&1 &
+run_side plain 18817 "$work/plain.outcomes" > "$work/plain.run" 2>&1 &
 plain_pid=$!
-run_side heshare 18857 "${with_heshare[@]}" > "$work/heshare.run" 2>&1 &
+run_side heshare 18857 "$work/heshare.outcomes" > "$work/heshare.run" 2>&1 &
 heshare_pid=$!
 wait "$plain_pid"; plain_rc=$?
 wait "$heshare_pid"; heshare_rc=$?
@@ -144,24 +174,33 @@ if [ "$plain_rc" != 0 ] || [ "$heshare_rc" != 0 ]; then
   exit 2
 fi
 
-summary() { awk '{print $1}' "$1" | sort | uniq -c | awk '{printf "%s %s  ", $2, $1}'; echo; }
-echo "$(slurmctld -V), suite $what: $(grep -vc ':subtest' "$work/plain.outcomes") tests, $((SECONDS - t0)) s"
-echo "without heshare: $(summary "$work/plain.outcomes")"
-echo "with heshare:    $(summary "$work/heshare.outcomes")"
-differ=0
-for side in plain heshare; do sort -u "$work/$side.outcomes" > "$work/$side.sorted"; done
-while read -r test; do
-  mine=$(awk -v t="$test" '$2 == t {print $1}' "$work/plain.sorted" | paste -sd, -)
-  theirs=$(awk -v t="$test" '$2 == t {print $1}' "$work/heshare.sorted" | paste -sd, -)
-  [ "$mine" = "$theirs" ] && continue
-  echo "differs: $test: without heshare ${mine:-MISSING}, with heshare ${theirs:-MISSING}"
-  differ=1
-done < <(cat "$work/plain.sorted" "$work/heshare.sorted" | awk '{print $2}' | sort -u)
-if [ "$differ" = 0 ]; then
+compare "$work/plain.outcomes" "$work/heshare.outcomes" > "$work/first.differs"
+if [ -s "$work/first.differs" ]; then
+  awk -F': without' '{print "x " $1}' "$work/first.differs" | key | sort -u > "$work/again.keys"
+  echo "slurm-regression: $(wc -l < "$work/again.keys") tests differed with both sides running at once; each runs again alone on each side:"
+  sed 's/^/  /' "$work/first.differs"
+  for side in plain heshare; do
+    run_side "$side" "$([ "$side" = plain ] && echo 18817 || echo 18857)" "$work/$side.again" "$work/again.keys" || exit 2
+    # The reruns' outcomes replace the first ones.
+    awk 'NR == FNR {drop[$0] = 1; next} {t = $2; if (t ~ /^expect:/) { split(t, a, ":"); k = a[1] ":" a[2] } else { k = t; sub(/\.py.*/, ".py", k) } if (!(k in drop)) print}' \
+      "$work/again.keys" "$work/$side.outcomes" > "$work/$side.final"
+    cat "$work/$side.again" >> "$work/$side.final"
+  done
+else
+  for side in plain heshare; do cp "$work/$side.outcomes" "$work/$side.final"; done
+fi
+
+summary() { grep -v ':subtest' "$1" | awk '{print $1}' | sort | uniq -c | awk '{printf "%s %s  ", $2, $1}'; echo; }
+echo "$(slurmctld -V), suite $what: $(grep -vc ':subtest' "$work/plain.final") tests, $((SECONDS - t0)) s"
+echo "without heshare: $(summary "$work/plain.final")"
+echo "with heshare:    $(summary "$work/heshare.final")"
+compare "$work/plain.final" "$work/heshare.final" > "$work/final.differs"
+if [ ! -s "$work/final.differs" ]; then
   echo "slurm-regression: every test gives the same outcome with and without heshare"
   [ "$keep" = 1 ] && echo "slurm-regression: logs kept in $work"
-else
-  keep=1
-  echo "slurm-regression: outcomes differ with heshare (logs kept in $work)"
+  exit 0
 fi
-exit "$differ"
+keep=1
+sed 's/^/differs: /' "$work/final.differs"
+echo "slurm-regression: outcomes differ with heshare (logs kept in $work)"
+exit 1
