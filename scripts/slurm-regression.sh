@@ -38,6 +38,10 @@ for f in target/release/heshare target/release/libheshare.so; do
 done
 per_test=${HESHARE_REGRESSION_TIMEOUT:-300}
 py=/usr/bin/python3
+# Without its tools every test fails both ways, which would read as "the same outcome".
+"$py" -c 'import pytest, pexpect' 2>/dev/null \
+  || { echo "$py cannot import pytest and pexpect (Debian: python3-pytest python3-pexpect)" >&2; exit 2; }
+command -v expect >/dev/null || { echo "expect is missing (Debian: expect)" >&2; exit 2; }
 work=$(mktemp -d /tmp/heshare-regression.XXXXXX)
 keep=${HESHARE_REGRESSION_KEEP:-0}  # 1 when a test differs (or asked): the logs stay for reading
 trap 'for c in "$work"/*/etc; do [ -d "$c" ] && bash scripts/local-slurm.sh stop "$(dirname "$c")" >/dev/null 2>&1; done; [ "$keep" = 1 ] || rm -rf "$work"' EXIT
