@@ -183,7 +183,7 @@ fn time_mode_compares_every_scheduler_in_the_world_and_accounts_for_every_job() 
             "energy-greedy",
             "heshare",
             "heshare-labelled",
-            "heshare-ideal"
+            "heshare-oracle"
         ]
     );
     let bound = v["energy_lower_bound_kwh"].as_f64().expect("bound");
@@ -248,16 +248,16 @@ fn time_mode_compares_every_scheduler_in_the_world_and_accounts_for_every_job() 
         let f = &r["site_factor"];
         if r["policy"]
             .as_str()
-            .is_some_and(|p| p.starts_with("heshare") && p != "heshare-ideal")
+            .is_some_and(|p| p.starts_with("heshare"))
         {
             assert!(f["jobs"].as_u64().expect("jobs") > 0, "{f}");
         } else {
             assert_eq!(f["nonzero"], 0, "{}: {f}", r["policy"]);
         }
     }
-    // The headline is the shipped path's facility energy, with its spread over seeds; the ideal
+    // The headline is the shipped path's facility energy, with its spread over seeds; the oracle
     // stands apart.
-    for key in ["shipped", "ideal"] {
+    for key in ["shipped", "oracle"] {
         let ratios = v[key].as_array().expect("ratios");
         let energy = ratios
             .iter()
@@ -306,7 +306,7 @@ fn time_mode_compares_every_scheduler_in_the_world_and_accounts_for_every_job() 
         "{stdout}"
     );
     assert!(
-        stdout.contains("heshare-ideal (omniscient upper bound"),
+        stdout.contains("heshare-oracle (the shipped path told every job's truth)"),
         "{stdout}"
     );
     assert!(stdout.contains("predictor error"), "{stdout}");

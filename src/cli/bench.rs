@@ -2,7 +2,7 @@
 //! openb cluster (6212 GPUs), partly occupied by sharing and exclusive jobs. The figure that
 //! matters is the plugin's own: `slurm::request::decide_with` on a live snapshot, which is what
 //! job_submit runs while slurmctld holds its locks. `policy::place` on the full view (what the
-//! simulator's heshare-ideal runs) and on one idle GPU per type are shown beside it.
+//! simulator's heshare-whole-view runs) and on one idle GPU per type are shown beside it.
 //!
 //! Absolute times depend on the machine, so every figure is also given as a ratio to a baseline
 //! measured in the same run on the same view: a best-fit scan (the GPU with the least free share

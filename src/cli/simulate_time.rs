@@ -79,7 +79,11 @@ pub fn run(out: &mut impl Write, cfg: &Config, args: &SimulateArgs, load: f64) -
         saving,
         queue,
         policies: if args.policies.is_empty() {
-            NAMES.iter().map(|s| (*s).to_owned()).collect()
+            NAMES
+                .iter()
+                .filter(|n| **n != "heshare-whole-view")
+                .map(|s| (*s).to_owned())
+                .collect()
         } else {
             args.policies.clone()
         },
@@ -450,8 +454,8 @@ fn print(
     }
     ratios(
         out,
-        "heshare-ideal (omniscient upper bound, not what ships) vs the best baseline",
-        &r.ideal,
+        "heshare-oracle (the shipped path told every job's truth) vs the best baseline",
+        &r.oracle,
     )?;
     writeln!(
         out,

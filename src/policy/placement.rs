@@ -286,7 +286,7 @@ pub struct PlaceContext {
     /// Skip the `reason` text (formatting floats costs more than the decision on a quiet view).
     pub quiet: bool,
     /// Skip the priority adjustment (a second placement for jobs with options): for callers
-    /// that do not use the site factor, the simulator's omniscient heshare.
+    /// that do not use the site factor, the simulator's heshare-whole-view.
     pub no_priority: bool,
     plans: rustc_hash::FxHashMap<PlanKey, Arc<Result<SharePlan, ShareError>>>,
     /// The config the plans belong to (its address: a cache must not outlive it).

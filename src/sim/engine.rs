@@ -1834,7 +1834,7 @@ mod tests {
         let mut st = build_state(cfg, nodes, jobs);
         let fac = facility_of(&st, HostSpec::Sourced, saving(Some(600.0)));
         let bound = energy_lower_bound_j(&st, &world, &fac);
-        let inner = by_name(name, &st, typical).expect("known");
+        let inner = by_name(name, &st, typical, &world).expect("known");
         let mut sched = Checked { inner, checks: 0 };
         let mut finished = 0;
         let m = run(&mut st, &world, &mut sched, fac, |n| finished = n);
@@ -1877,7 +1877,7 @@ mod tests {
             .count();
         let mut st = build_state(&cfg, &nodes, jobs);
         let fac = facility_of(&st, HostSpec::Sourced, saving(Some(600.0)));
-        let mut sched = by_name("heshare", &st, &typical).expect("known");
+        let mut sched = by_name("heshare", &st, &typical, &world).expect("known");
         let m = run(&mut st, &world, sched.as_mut(), fac, |_| {});
         let p = m.profiles.expect("heshare reports its profiles");
         assert_eq!(
@@ -1931,7 +1931,7 @@ mod tests {
             assert!(jobs.iter().all(|j| j.label.is_none()));
             let mut st = build_state(&cfg, &nodes, jobs);
             let fac = facility_of(&st, HostSpec::Sourced, saving(Some(600.0)));
-            let mut sched = by_name("heshare", &st, &typical).expect("known");
+            let mut sched = by_name("heshare", &st, &typical, &world).expect("known");
             let m = run(&mut st, &world, sched.as_mut(), fac, |_| {});
             let p = m.profiles.expect("heshare reports its profiles");
             assert!(p.as_asked > 300, "{p:?}");
@@ -2651,7 +2651,7 @@ mod tests {
         let typical = typical(&trace);
         for name in NAMES {
             let mut st = build_state(&cfg, &nodes, jobs.clone());
-            let mut sched = by_name(name, &st, &typical).expect("known");
+            let mut sched = by_name(name, &st, &typical, &world).expect("known");
             let fac = facility_of(&st, HostSpec::Sourced, saving(Some(600.0)));
             let m = run(&mut st, &world, sched.as_mut(), fac, |_| {});
             assert_eq!((m.unstarted, m.unfinished), (1, 0), "{name}");

@@ -5,7 +5,7 @@
 //! (until the last job of the slowest scheduler ends), the GPUs' own energy and the always-on
 //! energy beside it, every job accounted for (finished, killed at its limit, never started), the
 //! headline ratios of heshare as it ships against the best baseline per seed with their spread,
-//! heshare-ideal apart, and heshare's predictor error against the world.
+//! heshare-oracle apart, and heshare's predictor error against the world.
 //!
 //! The CLI (`cli::simulate_time`) only parses arguments and prints this.
 
@@ -318,8 +318,9 @@ pub struct Report {
     /// How heshare's decisions used profiles, summed over seeds.
     pub profiles: Option<super::learning::ProfileStats>,
     pub recurrence: super::templates::Recurrence,
-    /// heshare-ideal against the best baseline (an upper bound, not a result).
-    pub ideal: Vec<Ratio>,
+    /// heshare told every job's truth (`sim::oracle`) against the best baseline: what heshare's
+    /// decisions give with nothing left to learn.
+    pub oracle: Vec<Ratio>,
     pub predictor_error: Vec<ErrorRow>,
     pub energy_lower_bound_kwh: f64,
     /// The world's GPU power figures and where each came from.
@@ -410,7 +411,7 @@ pub fn run(
                         // The bound is the workload's, the same for every scheduler of a seed.
                         let bound =
                             (p == 0).then(|| engine::energy_lower_bound_j(&st, world, &facility));
-                        let mut sched = schedulers::by_name(name, &st, typical)?;
+                        let mut sched = schedulers::by_name(name, &st, typical, world)?;
                         let started = std::time::Instant::now();
                         let metrics =
                             engine::run(&mut st, world, sched.as_mut(), facility, |_| progress());
@@ -682,7 +683,7 @@ fn summarise(
     };
     let shipped = ratios("heshare");
     let labelled = ratios("heshare-labelled");
-    let ideal = ratios("heshare-ideal");
+    let oracle = ratios("heshare-oracle");
     // heshare learning its profiles against heshare told every job's true class, per seed.
     let mut learned_vs_labelled = Vec::new();
     {
@@ -867,7 +868,7 @@ fn summarise(
         learning_curve,
         profiles,
         recurrence: spec.recurrence,
-        ideal,
+        oracle,
         predictor_error,
         energy_lower_bound_kwh: median_of(&bounds),
         world_power,

@@ -6,6 +6,7 @@ pub mod engine;
 pub mod experiment;
 pub mod learning;
 pub mod meter;
+pub mod oracle;
 pub mod packing;
 pub mod priority;
 pub mod rng;

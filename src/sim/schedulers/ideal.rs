@@ -1,4 +1,5 @@
-//! heshare-ideal: an upper bound, not what ships. `policy::place` sees every GPU's occupants at
+//! heshare-whole-view: heshare's policy as a different scheduler, not what ships and not an
+//! upper bound of it (the oracle, `sim::oracle`, is the shipped path told the truth). `policy::place` sees every GPU's occupants at
 //! every moment and is asked again whenever resources free, then puts the job on the exact GPU it
 //! chose (no Slurm in between); at every join and leave `policy::optimize` sets the GPU's clock
 //! (what the node helper does). A job that asked for a fraction of a GPU lets heshare size its
@@ -77,7 +78,7 @@ impl HeshareIdeal {
 
 impl Scheduler for HeshareIdeal {
     fn name(&self) -> &'static str {
-        "heshare-ideal"
+        "heshare-whole-view"
     }
 
     fn place(&mut self, st: &State<'_>, j: usize) -> Option<Placement> {
@@ -196,7 +197,7 @@ pub struct Hints {
 /// What the node helper is told a job is (`SPANK_HESHARE_CLASS` or `SPANK_HESHARE_PROFILE`).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub enum HintClass {
-    /// A catalog class (the label its user gave, or the truth for the omniscient scheduler).
+    /// A catalog class (the label its user gave, or the truth for heshare-whole-view).
     Catalog(usize),
     /// The class its profile placed it with.
     Learned(std::sync::Arc<crate::model::JobClass>),

@@ -71,8 +71,10 @@ pub trait Scheduler {
 }
 
 /// The scheduler names `--policies` accepts, in report order: the baselines, heshare as it
-/// ships, and heshare-ideal (an omniscient upper bound, never in the headline).
-pub const NAMES: [&str; 10] = [
+/// ships, heshare told every job's class, heshare told every job's truth (the oracle), and
+/// heshare-whole-view (heshare's policy placing on the exact GPU with every GPU in view and no
+/// Slurm in between: a different scheduler, run only when named).
+pub const NAMES: [&str; 11] = [
     "slurm-exclusive",
     "slurm-mps",
     "fgd",
@@ -82,7 +84,8 @@ pub const NAMES: [&str; 10] = [
     "energy-greedy",
     "heshare",
     "heshare-labelled",
-    "heshare-ideal",
+    "heshare-oracle",
+    "heshare-whole-view",
 ];
 
 /// The names of the baselines (everything that is not heshare).
@@ -95,6 +98,7 @@ pub fn by_name<'a>(
     name: &str,
     st: &State<'a>,
     typical: &'a super::packing::TypicalPods,
+    world: &'a super::world::World,
 ) -> Result<Box<dyn Scheduler + 'a>, String> {
     Ok(match name {
         "slurm-exclusive" => Box::new(SlurmExclusive),
@@ -106,7 +110,8 @@ pub fn by_name<'a>(
         "energy-greedy" => Box::new(EnergyGreedy::default()),
         "heshare" => Box::new(Shipped::new(st, Knowledge::Learned)),
         "heshare-labelled" => Box::new(Shipped::new(st, Knowledge::Labelled)),
-        "heshare-ideal" => Box::new(HeshareIdeal::new(st)),
+        "heshare-oracle" => Box::new(Shipped::oracle(st, world)),
+        "heshare-whole-view" => Box::new(HeshareIdeal::new(st)),
         other => {
             return Err(format!(
                 "unknown policy \"{other}\" (known: {})",

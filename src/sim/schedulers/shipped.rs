@@ -22,7 +22,9 @@
 //!   of the job's earlier runs (`sim::learning`: the records the world gives of ended jobs, filed
 //!   by a periodic update, looked up by the job's keys). `heshare-labelled`: every job carries
 //!   its true class and no profile is used (what heshare did before profiles, in a world where
-//!   every user labels truly).
+//!   every user labels truly). `heshare-oracle`: every job carries its true class and the
+//!   profile heshare would learn from a perfect run of it alone on every type the cluster has
+//!   (`sim::oracle`): the same path told the truth of the world.
 //! * The node helper clocks a job by what the plugin told it: its label's class, its learned
 //!   class, or nothing (then the GPU stays at its default clock, as the helper keeps it).
 
@@ -57,13 +59,17 @@ pub enum Knowledge {
     Learned,
     /// Every job's true class, no profiles.
     Labelled,
+    /// Every job's true class and its true profile on every type (`sim::oracle`).
+    Oracle,
 }
 
 /// How often the simulated site's timer runs `heshare profiles update`.
 pub const PROFILE_UPDATE_S: f64 = 900.0;
 
-pub struct Shipped {
+pub struct Shipped<'w> {
     knowledge: Knowledge,
+    /// The world, for `Knowledge::Oracle` only: the truth its profiles are made of.
+    world: Option<&'w crate::sim::world::World>,
     /// The profile store and its updates (used with `Knowledge::Learned`).
     pub profiles: crate::sim::learning::OnlineProfiles,
     /// Per job, the keys `job_submit` gave it (its record carries them).
@@ -97,8 +103,22 @@ pub struct Shipped {
     as_asked: FxHashSet<usize>,
 }
 
-impl Shipped {
-    pub fn new(st: &State<'_>, knowledge: Knowledge) -> Shipped {
+impl<'w> Shipped<'w> {
+    /// heshare learning (`Learned`) or told every job's class (`Labelled`).
+    pub fn new(st: &State<'_>, knowledge: Knowledge) -> Shipped<'w> {
+        Shipped::with_world(st, knowledge, None)
+    }
+
+    /// heshare told the truth `world` drew for every job.
+    pub fn oracle(st: &State<'_>, world: &'w crate::sim::world::World) -> Shipped<'w> {
+        Shipped::with_world(st, Knowledge::Oracle, Some(world))
+    }
+
+    fn with_world(
+        st: &State<'_>,
+        knowledge: Knowledge,
+        world: Option<&'w crate::sim::world::World>,
+    ) -> Shipped<'w> {
         let types = st.cfg.gpu_types.len();
         let mut present = vec![0u32; types];
         for n in &st.nodes {
@@ -108,6 +128,7 @@ impl Shipped {
         }
         Shipped {
             knowledge,
+            world,
             profiles: crate::sim::learning::OnlineProfiles::new(PROFILE_UPDATE_S),
             keys: FxHashMap::default(),
             site: Site {
@@ -256,7 +277,7 @@ impl Shipped {
         // The class its user gives: every job its truth, or what the workload says its user
         // labels it (a user who labels also lets heshare size a share).
         let label = match self.knowledge {
-            Knowledge::Labelled => Some(job.class),
+            Knowledge::Labelled | Knowledge::Oracle => Some(job.class),
             Knowledge::Learned => job.label,
         };
         let opts = Options {
@@ -268,9 +289,18 @@ impl Shipped {
         // Slurm counts whole CPUs.
         let cpus = u32::try_from((job.pod.cpu_milli.max(0) + 999) / 1000).ok();
         let memory_mib = u64::try_from(job.pod.memory_mib).ok();
-        let learned = match self.knowledge {
-            Knowledge::Labelled => None,
-            Knowledge::Learned => {
+        let learned = match (self.knowledge, self.world) {
+            (Knowledge::Labelled, _) | (Knowledge::Oracle, None) => None,
+            (Knowledge::Oracle, Some(world)) => {
+                let keys = self.profiles.keys_of(job, &ask.request_string());
+                let types: Vec<usize> = self.site.present.iter().map(|&(t, _)| t).collect();
+                let l = crate::sim::oracle::true_profile(
+                    st.cfg, world, job, &types, &keys, share, st.now,
+                );
+                self.profiles.count(l.as_ref(), label, job.class);
+                l
+            }
+            (Knowledge::Learned, _) => {
                 let keys = self.profiles.keys_of(job, &ask.request_string());
                 let l = self.profiles.lookup(
                     st.cfg,
@@ -388,11 +418,12 @@ impl Shipped {
     }
 }
 
-impl Scheduler for Shipped {
+impl Scheduler for Shipped<'_> {
     fn name(&self) -> &'static str {
         match self.knowledge {
             Knowledge::Learned => "heshare",
             Knowledge::Labelled => "heshare-labelled",
+            Knowledge::Oracle => "heshare-oracle",
         }
     }
 
@@ -491,7 +522,7 @@ impl Scheduler for Shipped {
     }
 
     fn profile_stats(&self) -> Option<crate::sim::learning::ProfileStats> {
-        (self.knowledge == Knowledge::Learned).then(|| self.profiles.stats.clone())
+        (self.knowledge != Knowledge::Labelled).then(|| self.profiles.stats.clone())
     }
 
     fn left_as_asked(&self, j: usize) -> bool {
