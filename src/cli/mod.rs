@@ -18,6 +18,7 @@ mod node;
 mod profiles;
 mod report;
 mod simulate;
+mod simulate_suite;
 mod simulate_time;
 
 /// The configuration shipped in the repository, used when no other is found.

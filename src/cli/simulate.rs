@@ -41,9 +41,9 @@ pub struct SimulateArgs {
     /// Time mode: fraction of the node list's nodes kept (per GPU model, at least one each).
     #[arg(long, default_value_t = 0.05)]
     pub(super) scale: f64,
-    /// Time mode: jobs per run.
-    #[arg(long, default_value_t = 20_000)]
-    pub(super) jobs: usize,
+    /// Time mode: jobs per run [default: 20000; with --suite, each world's own].
+    #[arg(long)]
+    pub(super) jobs: Option<usize>,
     /// Time mode: trace durations are cut to this many seconds (the openb tail reaches 145 days).
     #[arg(long, default_value_t = 172_800.0)]
     pub(super) max_duration: f64,
@@ -103,6 +103,15 @@ pub struct SimulateArgs {
     /// Time mode: days per row of the learning curve (7: per simulated week).
     #[arg(long, value_name = "DAYS", default_value_t = 1)]
     pub(super) curve_days: usize,
+    /// Run the scenario suite instead of one world: every world of `sim::suite` (its own
+    /// cluster, jobs, load and site), each through every policy, summed up in one table. The
+    /// options that describe one world (--trace, --cluster, --load, --scale, power, users and
+    /// recurrence) do not apply; --seeds (default 3) and --jobs (every world) do.
+    #[arg(long)]
+    pub(super) suite: bool,
+    /// With --suite: one seed and each world's quick job count.
+    #[arg(long, requires = "suite")]
+    pub(super) quick: bool,
     /// Also write the results as JSON.
     #[arg(long, value_name = "FILE")]
     pub(super) json: Option<PathBuf>,
@@ -166,6 +175,9 @@ pub(super) fn median(v: &mut [f64]) -> f64 {
 }
 
 pub fn run(out: &mut impl Write, cfg: &Config, args: &SimulateArgs) -> Result<()> {
+    if args.suite {
+        return super::simulate_suite::run(out, cfg, args);
+    }
     let load = args.load.unwrap_or(match args.mode {
         Mode::Time => 0.7,
         Mode::Placement => 1.0,

@@ -25,7 +25,8 @@ pub fn run(out: &mut impl Write, cfg: &Config, args: &SimulateArgs, load: f64) -
     if !(args.scale > 0.0 && args.scale <= 1.0) {
         bail!("--scale {} is outside (0, 1]", args.scale);
     }
-    if args.jobs == 0 {
+    let jobs = args.jobs.unwrap_or(20_000);
+    if jobs == 0 {
         bail!("--jobs must be at least 1");
     }
     let (all_nodes, cluster_label, trace, trace_label) = inputs(cfg, args)?;
@@ -71,7 +72,7 @@ pub fn run(out: &mut impl Write, cfg: &Config, args: &SimulateArgs, load: f64) -
             mislabelled,
         },
         load,
-        jobs: args.jobs,
+        jobs,
         seeds: (0..args.seeds.unwrap_or(3)).map(|s| 42 + s).collect(),
         max_duration_s: args.max_duration,
         users: args.users,

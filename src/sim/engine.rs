@@ -400,7 +400,14 @@ pub fn generate_jobs(
                 None => {
                     let src = gpu_jobs[row];
                     let fraction = f64::from(src.gpu_milli) / 1000.0;
-                    let class = if src.gpu_milli < 1000 && !inference.is_empty() {
+                    // A trace that names each job's class (Gavel's job types) is followed.
+                    let named = src
+                        .class
+                        .as_deref()
+                        .and_then(|n| cfg.classes.iter().position(|c| c.name == n));
+                    let class = if let Some(c) = named {
+                        c
+                    } else if src.gpu_milli < 1000 && !inference.is_empty() {
                         *inference
                             .iter()
                             .min_by(|&&a, &&b| {

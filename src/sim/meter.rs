@@ -102,7 +102,7 @@ pub fn pwr_gpu(gpu_type: &str) -> Option<(f64, f64)> {
 }
 
 /// How the host of each node is charged.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
 pub enum HostSpec {
     /// SPECpower idle per socket, PWR's CPU busy power, 92% supplies, 10 W off.
     Sourced,

@@ -4,6 +4,7 @@
 pub mod cons_tres;
 pub mod engine;
 pub mod experiment;
+pub mod gavel_workload;
 pub mod learning;
 pub mod meter;
 pub mod oracle;
@@ -11,6 +12,7 @@ pub mod packing;
 pub mod priority;
 pub mod rng;
 pub mod schedulers;
+pub mod suite;
 pub mod templates;
 pub mod trace;
 pub mod world;

@@ -12,6 +12,8 @@
 //! * training DVFS response (clock-bound fraction `c`, power utilisation `u`): the Zeus
 //!   workload's own power-limit sweep on V100, P100, A40 (limits up to 150 W, the A10's cap) or
 //!   RTX 6000, fitted by the world itself, per workload (the catalog holds class medians);
+//! * training speed on K80 relative to V100 (a site's catalog may add the type): Gavel's isolated
+//!   throughputs of the same variant; its DVFS response and power are the catalog's, perturbed;
 //! * training speed on A100 and H100 (no trace here): published per-GPU ratios, A100 2.0x V100
 //!   for ResNet-50 and BERT-Large training (Seritan and Ulmer, Sandia report SAND2021-0870) and
 //!   H100 1.9x A100 on average over MLPerf Training v2.1 (NVIDIA, reported by EE Times,
@@ -62,7 +64,7 @@ const ZEUS_RTX6000: &str = include_str!(concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/data/zeus-nsdi23/summary_power_rtx6000.csv"
 ));
-const GAVEL_ISOLATED: &str = include_str!(concat!(
+pub(crate) const GAVEL_ISOLATED: &str = include_str!(concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/data/gavel-osdi20/gavel_physical_isolated_throughputs.csv"
 ));
@@ -155,6 +157,8 @@ enum Analog {
     /// Published ratio to V100 for training; V100's DVFS response; EDP for inference.
     A100,
     H100,
+    /// Gavel's isolated K80 throughputs for training speed; nothing else measured (GDDR5).
+    K80,
     /// Nothing measured: the catalog's parametric form with the residual's error.
     None,
 }
@@ -167,6 +171,7 @@ fn analog_of(name: &str) -> Analog {
         "t4" => Analog::T4,
         "a100" => Analog::A100,
         "h100" => Analog::H100,
+        "k80" => Analog::K80,
         _ => Analog::None,
     }
 }
@@ -543,7 +548,7 @@ impl World {
                     Analog::P100 => (p100.beta, p100.gamma),
                     Analog::A10 => (a10.beta, a10.gamma),
                     Analog::T4 => (rtx.beta, rtx.gamma),
-                    Analog::None => (g.dvfs_static_fraction, g.dvfs_exponent),
+                    Analog::K80 | Analog::None => (g.dvfs_static_fraction, g.dvfs_exponent),
                 };
                 let power = type_power(g, analog, [v100_idle, p100_idle], [&v100, &p100, &a10]);
                 TypeTruth {
@@ -1003,7 +1008,7 @@ fn type_power(
             measured_w("H100", "idle").map_or_else(idle_cat, |w| (w, Measured)),
             measured_w("H100-SXM", "busy_max").map_or_else(max_cat, |w| (w, Measured)),
         ),
-        Analog::None => (idle_cat(), max_cat()),
+        Analog::K80 | Analog::None => (idle_cat(), max_cat()),
     };
     let (context_w, context_source) = match analog {
         Analog::A100 => measured_w("A100-80GB", "context")
@@ -1011,7 +1016,7 @@ fn type_power(
         Analog::H100 => measured_w("H100", "context")
             .map_or((HBM_CONTEXT_PER_TDP * max_w, Scaled), |w| (w, Measured)),
         // GDDR6 parts.
-        Analog::A10 | Analog::T4 => (GDDR_CONTEXT_PER_TDP * max_w, Scaled),
+        Analog::A10 | Analog::T4 | Analog::K80 => (GDDR_CONTEXT_PER_TDP * max_w, Scaled),
         _ => (HBM_CONTEXT_PER_TDP * max_w, Scaled),
     };
     TypePower {
@@ -1037,13 +1042,17 @@ fn training_variants(
         return vec![];
     };
     let [v100, p100, a10, a40, rtx] = *zeus;
-    let gavel: Vec<(&String, f64)> = fam
+    // Per Gavel variant of the family: its P100 and K80 speeds relative to V100.
+    let gavel: Vec<(&String, f64, Option<f64>)> = fam
         .map(|f| {
             iso.iter()
                 .filter(|(jt, m)| {
                     family(jt) == f && m.contains_key("p100") && m.contains_key("v100")
                 })
-                .map(|(jt, m)| (jt, m["p100"] / m["v100"]))
+                .map(|(jt, m)| {
+                    let k80 = m.get("k80").map(|k| k / m["v100"]).filter(|r| *r > 0.0);
+                    (jt, m["p100"] / m["v100"], k80)
+                })
                 .collect()
         })
         .unwrap_or_default();
@@ -1058,7 +1067,7 @@ fn training_variants(
         let g = (!gavel.is_empty()).then(|| gavel[k % gavel.len()]);
         let mut v = Variant {
             label: match g {
-                Some((jt, _)) => format!("zeus {key} + gavel {jt}"),
+                Some((jt, _, _)) => format!("zeus {key} + gavel {jt}"),
                 None => format!("zeus {key}"),
             },
             speed: vec![None; types.len()],
@@ -1070,12 +1079,13 @@ fn training_variants(
             let (speed, fit) = match ty.analog {
                 Analog::V100 => (Some(1.0), v100.fits.get(key)),
                 Analog::P100 => (
-                    g.map(|(_, r)| r).or_else(|| ratio(p100)),
+                    g.map(|(_, r, _)| r).or_else(|| ratio(p100)),
                     p100.fits.get(key),
                 ),
                 Analog::A10 => (ratio(a40).map(|r| r * A10_PER_A40), a10.fits.get(key)),
                 Analog::T4 => (ratio(rtx).map(|r| r * T4_PER_RTX6000), rtx.fits.get(key)),
                 Analog::A100 | Analog::H100 => (None, v100.fits.get(key)),
+                Analog::K80 => (g.and_then(|(_, _, k)| k), None),
                 Analog::None => (None, None),
             };
             v.speed[t] = speed;

@@ -1,0 +1,556 @@
+//! The scenario suite: named worlds heshare is judged on together, so that no change is kept for
+//! its effect on one. Each world says where its cluster, its jobs and its power come from; the
+//! suite runs every world through `experiment::run` (the same schedulers, the same shipped path)
+//! and sums them up: per world heshare as it ships, heshare told every job's class, heshare told
+//! every job's truth (the oracle) and the best baseline; over worlds the worst world and the
+//! geometric mean.
+//!
+//! Worlds live here and only here: nothing in the decision code knows which world it runs in.
+//! A world changes the cluster, the trace, the site's power and the users, never a setting.
+//! Pure: the data are the bundled files, compiled in.
+
+use super::experiment::{self, Report, Spec};
+use super::meter::{HostSpec, PowerSaving};
+use super::templates::Recurrence;
+use super::trace::{OPENB_DEFAULT_PODS, TraceFormat, TraceJob};
+use crate::cluster::{Node, OPENB_GPU_NODES, parse_node_list};
+use crate::config::Config;
+use serde::Serialize;
+use std::path::Path;
+
+/// The suite's version: bumped whenever a world changes, so that results name what they ran.
+pub const VERSION: u32 = 1;
+
+const OPENB_MULTIGPU50: &str = include_str!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/data/alibaba-openb/openb_pod_list_multigpu50.csv"
+));
+const OPENB_GPUSPEC33: &str = include_str!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/data/alibaba-openb/openb_pod_list_gpuspec33.csv"
+));
+
+/// Where a world's nodes come from.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub enum ClusterSource {
+    /// The openb GPU node list, keeping this fraction of each model's nodes.
+    Openb { scale: f64 },
+    /// Gavel's 36 K80 + 36 P100 + 36 V100 (`gavel_workload`).
+    Gavel,
+}
+
+/// Where a world's jobs are drawn from.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub enum JobSource {
+    /// openb's default pod list.
+    OpenbDefault,
+    /// openb's `multigpu50` list: the default list with 909 more multi-GPU pods. It has no
+    /// times: a pod of the default list keeps its duration there, an added pod is given the
+    /// duration of a default-list pod with as many GPUs (drawn, seeded).
+    OpenbMultigpu50,
+    /// openb's `gpuspec33` list: a third of the GPU pods constrained to GPU models, as in
+    /// production.
+    OpenbGpuspec33,
+    /// Gavel's generator over its 26 job types (`gavel_workload`), this many rows.
+    Gavel { rows: usize },
+}
+
+/// One world of the suite.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct World {
+    pub name: &'static str,
+    /// Where its cluster, jobs and power come from, in a sentence.
+    pub about: &'static str,
+    pub cluster: ClusterSource,
+    pub jobs_from: JobSource,
+    pub load: f64,
+    /// Jobs per seed in the full suite and in the quick one.
+    pub jobs: usize,
+    pub quick_jobs: usize,
+    pub host: HostSpec,
+    /// Slurm's SuspendTime, `None` for power saving off.
+    pub suspend_time_s: Option<f64>,
+    pub recurrence: Recurrence,
+}
+
+/// Every world, in the order the suite prints them.
+pub fn worlds() -> Vec<World> {
+    let base = World {
+        name: "openb",
+        about: "openb default slice: 5% of the openb GPU nodes (310 GPUs of P100, T4, V100, A10, \
+                A100 as G2/G3), jobs drawn from openb's default pod list, sourced host power, \
+                SuspendTime 600 s",
+        cluster: ClusterSource::Openb { scale: 0.05 },
+        jobs_from: JobSource::OpenbDefault,
+        load: 0.7,
+        jobs: 20_000,
+        quick_jobs: 3_000,
+        host: HostSpec::Sourced,
+        suspend_time_s: Some(600.0),
+        recurrence: Recurrence::default(),
+    };
+    vec![
+        base.clone(),
+        World {
+            name: "openb-busy",
+            about: "the openb slice at load 0.9",
+            load: 0.9,
+            ..base.clone()
+        },
+        World {
+            name: "gavel",
+            about: "Gavel's cluster (36 K80, 36 P100, 36 V100; 8-GPU servers assumed) and jobs \
+                    drawn as Gavel's generator draws them (26 job types, multi-GPU, Philly \
+                    durations); K80 from Gavel's throughputs, its power the catalog's perturbed",
+            cluster: ClusterSource::Gavel,
+            jobs_from: JobSource::Gavel { rows: 5_000 },
+            jobs: 10_000,
+            quick_jobs: 1_500,
+            ..base.clone()
+        },
+        World {
+            name: "openb-multigpu50",
+            about: "the openb slice with openb's multigpu50 pod list (50% more whole-GPU demand)",
+            jobs_from: JobSource::OpenbMultigpu50,
+            ..base.clone()
+        },
+        World {
+            name: "openb-gpuspec33",
+            about: "the openb slice with openb's gpuspec33 pod list (a third of GPU pods \
+                    constrained to models)",
+            jobs_from: JobSource::OpenbGpuspec33,
+            ..base.clone()
+        },
+        World {
+            name: "always-on",
+            about: "the openb slice without power saving (SuspendTime off, Slurm's default)",
+            suspend_time_s: None,
+            ..base.clone()
+        },
+        World {
+            name: "big-servers",
+            about: "the openb slice with big servers: a flat 300 W per awake node for its host",
+            host: HostSpec::Flat(crate::units::Watts(300.0)),
+            ..base.clone()
+        },
+        World {
+            name: "few-repeats",
+            about: "the openb slice where a script runs 2 times on average",
+            recurrence: Recurrence {
+                runs_per_template: 2.0,
+                ..Recurrence::default()
+            },
+            ..base.clone()
+        },
+        World {
+            name: "many-repeats",
+            about: "the openb slice where a script runs 20 times on average",
+            recurrence: Recurrence {
+                runs_per_template: 20.0,
+                ..Recurrence::default()
+            },
+            ..base.clone()
+        },
+        World {
+            name: "some-labels",
+            about: "the openb slice where 30% of scripts carry their true --gpu-class and 10% a \
+                    wrong one",
+            recurrence: Recurrence {
+                labelled: 0.3,
+                mislabelled: 0.1,
+                ..Recurrence::default()
+            },
+            ..base.clone()
+        },
+        World {
+            name: "openb-large",
+            about: "a larger openb slice: 20% of the openb GPU nodes (about 1,240 GPUs)",
+            cluster: ClusterSource::Openb { scale: 0.2 },
+            jobs: 40_000,
+            quick_jobs: 6_000,
+            ..base
+        },
+    ]
+}
+
+/// The policies every world runs: the baselines, then heshare learned, labelled and oracle.
+pub const POLICIES: [&str; 10] = [
+    "slurm-exclusive",
+    "slurm-mps",
+    "fgd",
+    "fgd-pwr",
+    "gavel",
+    "zeus",
+    "energy-greedy",
+    "heshare",
+    "heshare-labelled",
+    "heshare-oracle",
+];
+
+/// A world made concrete: the site's catalog, its nodes and its trace.
+pub struct Prepared {
+    pub cfg: Config,
+    pub nodes: Vec<Node>,
+    pub trace: Vec<TraceJob>,
+}
+
+/// `cfg` with the K80 entry a site with K80s adds, unless it has one.
+fn with_k80(cfg: &Config) -> Result<Config, String> {
+    if cfg.resolve_gpu_type("K80").is_some() {
+        return Ok(cfg.clone());
+    }
+    let text = format!(
+        "{}\n{}",
+        crate::cli::BUNDLED_CONFIG,
+        super::gavel_workload::K80_CATALOG
+    );
+    let k80 = Config::parse(&text, Path::new("k80.toml"))
+        .map_err(|e| format!("the K80 catalog entry: {e}"))?;
+    let t = k80
+        .gpu_type("k80")
+        .ok_or_else(|| "the K80 catalog entry has no k80".to_owned())?;
+    let mut out = cfg.clone();
+    out.gpu_types.push(k80.gpu_types[t].clone());
+    Ok(out)
+}
+
+/// Durations for a pod list without times: the default list's, by pod name, else a default-list
+/// duration of a pod with as many GPUs (seeded, deterministic).
+fn with_durations(mut jobs: Vec<TraceJob>, default: &[TraceJob]) -> Vec<TraceJob> {
+    let by_name: std::collections::HashMap<&str, f64> = default
+        .iter()
+        .map(|j| (j.id.as_str(), j.duration_s))
+        .collect();
+    let mut rng = super::rng::SplitMix::new(0x0D07_A7E5);
+    for j in &mut jobs {
+        if let Some(&d) = by_name.get(j.id.as_str()) {
+            j.duration_s = d;
+            continue;
+        }
+        let same: Vec<f64> = default
+            .iter()
+            .filter(|d| d.num_gpus == j.num_gpus && d.gpu_milli == j.gpu_milli)
+            .map(|d| d.duration_s)
+            .collect();
+        let pool = if same.is_empty() {
+            default
+                .iter()
+                .filter(|d| d.num_gpus > 0)
+                .map(|d| d.duration_s)
+                .collect()
+        } else {
+            same
+        };
+        if !pool.is_empty() {
+            j.duration_s = pool[rng.below(pool.len())];
+        }
+    }
+    jobs
+}
+
+/// The catalog, nodes and trace of world `w` for a site whose heshare.toml is `cfg`.
+pub fn prepare(cfg: &Config, w: &World) -> Result<Prepared, String> {
+    let cfg = match w.cluster {
+        ClusterSource::Gavel => with_k80(cfg)?,
+        ClusterSource::Openb { .. } => cfg.clone(),
+    };
+    let nodes = match w.cluster {
+        ClusterSource::Openb { scale } => {
+            let all = parse_node_list(OPENB_GPU_NODES, Path::new("openb node list"), &cfg)
+                .map_err(|e| e.to_string())?;
+            experiment::scale_nodes(&all, scale)
+        }
+        ClusterSource::Gavel => parse_node_list(
+            &super::gavel_workload::cluster_csv(),
+            Path::new("gavel cluster"),
+            &cfg,
+        )
+        .map_err(|e| e.to_string())?,
+    };
+    let openb = |text: &str, label: &str| {
+        super::trace::parse(text, TraceFormat::Openb, Path::new(label), &cfg)
+            .map_err(|e| e.to_string())
+    };
+    let trace = match w.jobs_from {
+        JobSource::OpenbDefault => openb(OPENB_DEFAULT_PODS, "openb default pod list")?,
+        JobSource::OpenbGpuspec33 => openb(OPENB_GPUSPEC33, "openb gpuspec33 pod list")?,
+        JobSource::OpenbMultigpu50 => with_durations(
+            openb(OPENB_MULTIGPU50, "openb multigpu50 pod list")?,
+            &openb(OPENB_DEFAULT_PODS, "openb default pod list")?,
+        ),
+        JobSource::Gavel { rows } => super::gavel_workload::jobs(&cfg, rows, u64::from(VERSION)),
+    };
+    Ok(Prepared { cfg, nodes, trace })
+}
+
+/// How big a run of the suite is.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Size {
+    pub seeds: u64,
+    /// Jobs per seed: the worlds' own (full or quick), or this many in every world.
+    pub quick: bool,
+    pub jobs: Option<usize>,
+}
+
+/// The spec world `w` runs with.
+pub fn spec(w: &World, size: Size, threads: usize) -> Spec {
+    Spec {
+        load: w.load,
+        jobs: size
+            .jobs
+            .unwrap_or(if size.quick { w.quick_jobs } else { w.jobs }),
+        seeds: (0..size.seeds.max(1)).map(|s| 42 + s).collect(),
+        max_duration_s: 172_800.0,
+        users: 20,
+        host: w.host,
+        saving: PowerSaving {
+            suspend_time_s: w.suspend_time_s,
+            ..PowerSaving::default()
+        },
+        queue: super::priority::QueueOrder::default(),
+        policies: POLICIES.iter().map(|s| (*s).to_owned()).collect(),
+        threads,
+        recurrence: w.recurrence,
+        curve_days: 7,
+        reruns: super::engine::Reruns::default(),
+    }
+}
+
+/// One of heshare's rows in a world against the best baseline (medians over seeds of per-seed
+/// ratios, the best baseline per seed and metric, as `experiment` computes them).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct HeshareRow {
+    pub policy: String,
+    pub energy_per_job_kj: f64,
+    pub mean_jct_s: f64,
+    pub p99_jct_s: f64,
+    /// Runs killed here that plain Slurm (slurm-mps) never killed.
+    pub caused_kills: Option<usize>,
+    pub energy_ratio: f64,
+    pub mean_jct_ratio: f64,
+    pub p99_jct_ratio: f64,
+}
+
+/// One world's outcome.
+#[derive(Debug, Clone, Serialize)]
+pub struct WorldResult {
+    pub world: World,
+    pub gpus: usize,
+    pub jobs_per_seed: usize,
+    pub seeds: Vec<u64>,
+    /// The baseline with the least facility energy per job (means over seeds).
+    pub best_baseline: experiment::PolicyRow,
+    /// heshare, heshare-labelled, heshare-oracle.
+    pub heshare: Vec<HeshareRow>,
+    /// Whether oracle <= labelled <= learned holds, on energy and on mean JCT (ratios).
+    pub ordered_energy: bool,
+    pub ordered_jct: bool,
+    /// Jobs simulated per second of wall time by heshare (learned) in this world.
+    pub heshare_jobs_per_s: f64,
+    /// How the oracle's decisions went, summed over seeds: how many had the true profile (a
+    /// job too short to teach anything on some type has none there).
+    pub oracle_profiles: Option<super::learning::ProfileStats>,
+    /// Every policy's row (means over seeds).
+    pub rows: Vec<experiment::PolicyRow>,
+    pub wall_s: f64,
+    #[serde(skip)]
+    pub report: Report,
+}
+
+fn ratio(r: &[experiment::Ratio], metric: &str) -> f64 {
+    r.iter()
+        .find(|x| x.metric == metric)
+        .map_or(f64::NAN, |x| x.median)
+}
+
+/// Sums up one world's report.
+pub fn result_of(world: &World, report: Report, wall_s: f64) -> Result<WorldResult, String> {
+    let best_baseline = report
+        .rows
+        .iter()
+        .filter(|r| super::schedulers::is_baseline(&r.policy))
+        .min_by(|a, b| a.energy_per_job_kj.total_cmp(&b.energy_per_job_kj))
+        .cloned()
+        .ok_or_else(|| format!("{}: no baseline ran", world.name))?;
+    let mut heshare = Vec::new();
+    for (name, ratios) in [
+        ("heshare", &report.shipped),
+        ("heshare-labelled", &report.labelled),
+        ("heshare-oracle", &report.oracle),
+    ] {
+        let row = report
+            .rows
+            .iter()
+            .find(|r| r.policy == name)
+            .ok_or_else(|| format!("{}: {name} did not run", world.name))?;
+        heshare.push(HeshareRow {
+            policy: name.to_owned(),
+            energy_per_job_kj: row.energy_per_job_kj,
+            mean_jct_s: row.mean_jct_s,
+            p99_jct_s: row.p99_jct_s,
+            caused_kills: row.killed_not_by_plain_slurm,
+            energy_ratio: ratio(ratios, "facility energy per job"),
+            mean_jct_ratio: ratio(ratios, "mean JCT"),
+            p99_jct_ratio: ratio(ratios, "p99 JCT"),
+        });
+    }
+    let ordered = |f: fn(&HeshareRow) -> f64| {
+        let (l, b, o) = (f(&heshare[0]), f(&heshare[1]), f(&heshare[2]));
+        o <= b && b <= l
+    };
+    let heshare_jobs_per_s = report
+        .rows
+        .iter()
+        .find(|r| r.policy == "heshare")
+        .map_or(f64::NAN, |r| r.sim_jobs_per_s);
+    let oracle_profiles = report
+        .runs
+        .iter()
+        .filter(|r| r.policy == "heshare-oracle")
+        .filter_map(|r| r.profiles.clone())
+        .reduce(|mut a, b| {
+            a.submitted += b.submitted;
+            a.with_profile += b.with_profile;
+            a
+        });
+    Ok(WorldResult {
+        oracle_profiles,
+        rows: report.rows.clone(),
+        world: world.clone(),
+        gpus: report.gpus,
+        jobs_per_seed: report.jobs_per_seed,
+        seeds: report.seeds.clone(),
+        ordered_energy: ordered(|r| r.energy_per_job_kj),
+        ordered_jct: ordered(|r| r.mean_jct_s),
+        best_baseline,
+        heshare,
+        heshare_jobs_per_s,
+        wall_s,
+        report,
+    })
+}
+
+/// Over all worlds, per heshare policy: the geometric mean of its ratios and its worst world.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Summary {
+    pub policy: String,
+    pub energy_geomean: f64,
+    pub mean_jct_geomean: f64,
+    pub p99_jct_geomean: f64,
+    pub worst_energy: (String, f64),
+    pub worst_mean_jct: (String, f64),
+}
+
+/// Sums up the suite.
+pub fn summarise(results: &[WorldResult]) -> Vec<Summary> {
+    let mut out = Vec::new();
+    for name in ["heshare", "heshare-labelled", "heshare-oracle"] {
+        let rows: Vec<(&str, &HeshareRow)> = results
+            .iter()
+            .filter_map(|w| {
+                w.heshare
+                    .iter()
+                    .find(|r| r.policy == name)
+                    .map(|r| (w.world.name, r))
+            })
+            .collect();
+        if rows.is_empty() {
+            continue;
+        }
+        #[allow(clippy::cast_precision_loss)]
+        let geo = |f: fn(&HeshareRow) -> f64| {
+            (rows.iter().map(|(_, r)| f(r).ln()).sum::<f64>() / rows.len() as f64).exp()
+        };
+        let worst = |f: fn(&HeshareRow) -> f64| {
+            rows.iter()
+                .max_by(|a, b| f(a.1).total_cmp(&f(b.1)))
+                .map(|(w, r)| ((*w).to_owned(), f(r)))
+                .unwrap_or_default()
+        };
+        out.push(Summary {
+            policy: name.to_owned(),
+            energy_geomean: geo(|r| r.energy_ratio),
+            mean_jct_geomean: geo(|r| r.mean_jct_ratio),
+            p99_jct_geomean: geo(|r| r.p99_jct_ratio),
+            worst_energy: worst(|r| r.energy_ratio),
+            worst_mean_jct: worst(|r| r.mean_jct_ratio),
+        });
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::BUNDLED_CONFIG;
+
+    fn cfg() -> Config {
+        Config::parse(BUNDLED_CONFIG, Path::new("h.toml")).expect("valid")
+    }
+
+    #[test]
+    fn every_world_prepares_with_jobs_and_gpus() {
+        let cfg = cfg();
+        let ws = worlds();
+        let mut names: Vec<&str> = ws.iter().map(|w| w.name).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), ws.len(), "world names are unique");
+        for w in &ws {
+            let p = prepare(&cfg, w).unwrap_or_else(|e| panic!("{}: {e}", w.name));
+            assert!(!p.nodes.is_empty(), "{}", w.name);
+            assert!(p.trace.iter().any(|j| j.num_gpus > 0), "{}", w.name);
+            // openb's default list has one pod deleted while pending (no run time); no world adds
+            // any.
+            let timeless = p
+                .trace
+                .iter()
+                .filter(|j| j.num_gpus > 0 && j.duration_s <= 0.0)
+                .count();
+            assert!(
+                timeless <= 1,
+                "{}: {timeless} GPU jobs without a duration",
+                w.name
+            );
+        }
+    }
+
+    #[test]
+    fn the_multigpu_list_keeps_the_default_durations_and_adds_big_jobs() {
+        let cfg = cfg();
+        let w = worlds()
+            .into_iter()
+            .find(|w| w.jobs_from == JobSource::OpenbMultigpu50)
+            .expect("the multigpu world");
+        let p = prepare(&cfg, &w).expect("prepares");
+        let default = super::super::trace::parse(
+            OPENB_DEFAULT_PODS,
+            TraceFormat::Openb,
+            Path::new("d"),
+            &cfg,
+        )
+        .expect("parses");
+        let first = default.iter().find(|j| j.num_gpus > 0).expect("a GPU pod");
+        let same = p.trace.iter().find(|j| j.id == first.id).expect("kept");
+        assert!((same.duration_s - first.duration_s).abs() < 1e-9);
+        let big = |t: &[TraceJob]| t.iter().filter(|j| j.num_gpus >= 2).count();
+        assert!(big(&p.trace) > 5 * big(&default));
+    }
+
+    #[test]
+    fn the_gavel_world_adds_k80_to_the_catalog_only_there() {
+        let cfg = cfg();
+        assert!(cfg.resolve_gpu_type("K80").is_none());
+        let w = worlds()
+            .into_iter()
+            .find(|w| w.cluster == ClusterSource::Gavel)
+            .expect("the gavel world");
+        let p = prepare(&cfg, &w).expect("prepares");
+        let k80 = p.cfg.resolve_gpu_type("K80").expect("added");
+        assert!(p.nodes.iter().any(|n| n.gpu_type == Some(k80)));
+        // Everything else of the site's catalog is as it was.
+        assert_eq!(p.cfg.classes, cfg.classes);
+        assert_eq!(p.cfg.policy, cfg.policy);
+        assert_eq!(&p.cfg.gpu_types[..cfg.gpu_types.len()], &cfg.gpu_types[..]);
+    }
+}
