@@ -113,7 +113,23 @@ run_expect() {  # CLUSTER OUT TESTS...
     printf '%s\n' "$out" > "$work/$name.$t.log"
     # A test that left jobs behind must not hold up the next.
     SLURM_CONF=$work/$name/etc/slurm.conf scancel --full --quiet --user=root 2>/dev/null
+    settle "$name"
   done >> "$outf"
+}
+
+# Until the cluster has no job and no node completing, allocated or planned, 60 s at most: each
+# expect test starts by asking for an idle node, and backfill leaves nodes PLANNED for a pending
+# job until its next cycle (30 s), after the job is gone (on two nodes both were, and every test
+# after it skipped).
+settle() {  # CLUSTER
+  local conf=$work/$1/etc/slurm.conf i
+  for i in $(seq 60); do
+    if [ -z "$(SLURM_CONF=$conf squeue -h -o %i 2>/dev/null)" ] &&
+      ! SLURM_CONF=$conf sinfo -h -N -o %t 2>/dev/null | grep -qE 'comp|plnd|mix|alloc'; then
+      return 0
+    fi
+    sleep 1
+  done
 }
 
 # One side, its clusters one after the other: the tests of the suite, or (with a file of keys,
