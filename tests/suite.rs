@@ -120,6 +120,22 @@ fn the_quick_suite_runs_every_world_through_every_policy() {
 }
 
 #[test]
+fn the_suite_names_an_unknown_world() {
+    let o = Command::new(env!("CARGO_BIN_EXE_heshare"))
+        .args(["simulate", "--suite", "--quick", "--worlds", "openb,mars"])
+        .env_remove("HESHARE_CONFIG")
+        .env("HESHARE_SYSTEM_CONFIG", "/nonexistent/heshare.toml")
+        .output()
+        .expect("heshare runs");
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("unknown world \"mars\"") && err.contains("gavel"),
+        "{err}"
+    );
+}
+
+#[test]
 fn the_suite_refuses_options_of_one_world() {
     let o = Command::new(env!("CARGO_BIN_EXE_heshare"))
         .args(["simulate", "--suite", "--load", "0.5"])

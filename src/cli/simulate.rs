@@ -112,6 +112,9 @@ pub struct SimulateArgs {
     /// With --suite: one seed and each world's quick job count.
     #[arg(long, requires = "suite")]
     pub(super) quick: bool,
+    /// With --suite: only these worlds, comma separated [default: all of them].
+    #[arg(long, requires = "suite", value_delimiter = ',')]
+    pub(super) worlds: Vec<String>,
     /// Also write the results as JSON.
     #[arg(long, value_name = "FILE")]
     pub(super) json: Option<PathBuf>,

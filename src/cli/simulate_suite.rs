@@ -44,10 +44,23 @@ pub fn run(out: &mut impl Write, cfg: &Config, args: &SimulateArgs) -> Result<()
         quick: args.quick,
         jobs: args.jobs,
     };
+    let all = suite::worlds();
+    for name in &args.worlds {
+        if !all.iter().any(|w| w.name == name) {
+            bail!(
+                "--worlds: unknown world \"{name}\" (known: {})",
+                all.iter().map(|w| w.name).collect::<Vec<_>>().join(", ")
+            );
+        }
+    }
+    let chosen: Vec<suite::World> = all
+        .into_iter()
+        .filter(|w| args.worlds.is_empty() || args.worlds.iter().any(|n| n == w.name))
+        .collect();
     let threads = std::thread::available_parallelism().map_or(1, usize::from);
     let started = std::time::Instant::now();
     let mut results = Vec::new();
-    for w in suite::worlds() {
+    for w in chosen {
         let t0 = std::time::Instant::now();
         let p = suite::prepare(cfg, &w).map_err(|e| anyhow!("world {}: {e}", w.name))?;
         let spec = suite::spec(&w, size, threads);

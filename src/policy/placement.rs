@@ -283,7 +283,9 @@ pub enum PlacementError {
 /// human-readable reason. The simulator keeps one for a whole run; `place` uses a fresh one.
 #[derive(Debug, Default)]
 pub struct PlaceContext {
-    /// Skip the `reason` text (formatting floats costs more than the decision on a quiet view).
+    /// Skip the `reason` text, and `slurm::request`'s AdminComment and SPANK environment of a
+    /// rewrite (formatting floats costs more than the decision on a quiet view): for the
+    /// simulator, which reads none of them back. The decision is the same.
     pub quiet: bool,
     /// Skip the priority adjustment (a second placement for jobs with options): for callers
     /// that do not use the site factor, the simulator's heshare-whole-view.

@@ -386,57 +386,65 @@ pub fn run(
         .enumerate()
         .flat_map(|(p, _)| spec.seeds.iter().map(move |&s| (p, s)))
         .collect();
-    let mut done: Vec<Done> = Vec::new();
-    for chunk in tasks.chunks(spec.threads.max(1)) {
-        let got: Vec<Result<Done, String>> = std::thread::scope(|s| {
-            let handles: Vec<_> = chunk
-                .iter()
-                .map(|&(p, seed)| {
-                    let (world, typical, name) = (&world, &typical, &spec.policies[p]);
-                    let present = &present;
-                    s.spawn(move || -> Result<Done, String> {
-                        let wl = WorkloadParams {
-                            load: spec.load,
-                            jobs: spec.jobs,
-                            max_duration_s: spec.max_duration_s,
-                            users: spec.users,
-                            seed,
-                            recurrence: spec.recurrence,
+    // Runs take the next task as they finish one (a saturated world's slowest run would hold
+    // a batch of them back): `threads` at once.
+    let one = |p: usize, seed: u64| -> Result<Done, String> {
+        let wl = WorkloadParams {
+            load: spec.load,
+            jobs: spec.jobs,
+            max_duration_s: spec.max_duration_s,
+            users: spec.users,
+            seed,
+            recurrence: spec.recurrence,
+        };
+        let jobs = engine::generate_jobs(cfg, &world, trace, gpus, &present, wl);
+        let mut st = engine::build_state(cfg, nodes, jobs);
+        st.queue = spec.queue;
+        st.reruns = spec.reruns;
+        let facility = engine::facility_of(&st, spec.host, spec.saving);
+        // The bound is the workload's, the same for every scheduler of a seed.
+        let bound = (p == 0).then(|| engine::energy_lower_bound_j(&st, &world, &facility));
+        let mut sched = schedulers::by_name(&spec.policies[p], &st, &typical, &world)?;
+        let started = std::time::Instant::now();
+        let metrics = engine::run(&mut st, &world, sched.as_mut(), facility, |_| progress());
+        Ok(Done {
+            policy: p,
+            seed,
+            metrics,
+            secs: started.elapsed().as_secs_f64(),
+            bound_j: bound,
+        })
+    };
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let got: Vec<(usize, Result<Done, String>)> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..spec.threads.clamp(1, tasks.len().max(1)))
+            .map(|_| {
+                s.spawn(|| {
+                    let mut mine = Vec::new();
+                    loop {
+                        let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(&(p, seed)) = tasks.get(k) else {
+                            break mine;
                         };
-                        let jobs = engine::generate_jobs(cfg, world, trace, gpus, present, wl);
-                        let mut st = engine::build_state(cfg, nodes, jobs);
-                        st.queue = spec.queue;
-                        st.reruns = spec.reruns;
-                        let facility = engine::facility_of(&st, spec.host, spec.saving);
-                        // The bound is the workload's, the same for every scheduler of a seed.
-                        let bound =
-                            (p == 0).then(|| engine::energy_lower_bound_j(&st, world, &facility));
-                        let mut sched = schedulers::by_name(name, &st, typical, world)?;
-                        let started = std::time::Instant::now();
-                        let metrics =
-                            engine::run(&mut st, world, sched.as_mut(), facility, |_| progress());
-                        Ok(Done {
-                            policy: p,
-                            seed,
-                            metrics,
-                            secs: started.elapsed().as_secs_f64(),
-                            bound_j: bound,
-                        })
-                    })
+                        mine.push((k, one(p, seed)));
+                    }
                 })
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| {
-                    h.join()
-                        .map_err(|_| "a simulation thread panicked".to_owned())
-                        .and_then(|r| r)
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|h| {
+                h.join().unwrap_or_else(|_| {
+                    vec![(usize::MAX, Err("a simulation thread panicked".to_owned()))]
                 })
-                .collect()
-        });
-        for r in got {
-            done.push(r?);
-        }
+            })
+            .collect()
+    });
+    let mut got = got;
+    got.sort_by_key(|(k, _)| *k);
+    let mut done: Vec<Done> = Vec::with_capacity(got.len());
+    for (_, r) in got {
+        done.push(r?);
     }
     Ok(summarise(
         cfg,

@@ -342,7 +342,8 @@ pub struct WorldResult {
     pub best_baseline: experiment::PolicyRow,
     /// heshare, heshare-labelled, heshare-oracle.
     pub heshare: Vec<HeshareRow>,
-    /// Whether oracle <= labelled <= learned holds, on energy and on mean JCT (ratios).
+    /// Whether oracle <= labelled <= learned holds, on facility energy per job and on mean JCT
+    /// (means over seeds).
     pub ordered_energy: bool,
     pub ordered_jct: bool,
     /// Jobs simulated per second of wall time by heshare (learned) in this world.

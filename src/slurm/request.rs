@@ -550,6 +550,9 @@ fn decide_within(
     let typed = own_constraint || ask.gpu_type.is_some();
     let offered = offer(cfg, &plan, feature_types, typed);
     let by_feature = !typed && offered.iter().all(|&t| feature_types.get(t) == Some(&true));
+    // A quiet context (the simulator's) reads no text back: AdminComment and the SPANK
+    // environment are left empty, the decision is the same.
+    let text = !ctx.quiet;
     let mut r = rewrite(
         cfg,
         ask,
@@ -557,11 +560,11 @@ fn decide_within(
         (&class, req.demand_pct, asked),
         &offered,
         by_feature,
-        live,
+        (live, text),
         energy_policy,
     );
     if let Some(l) = sub.learned {
-        learned_rewrite(&mut r, l, opts.gpu_class.as_deref(), sub.time_limit_s);
+        learned_rewrite(&mut r, l, opts.gpu_class.as_deref(), sub.time_limit_s, text);
     }
     Verdict::Rewrite(r)
 }
@@ -907,7 +910,17 @@ fn widened_first_run(
 /// A decision made with a profile says so: AdminComment names the key, its level and the runs it
 /// rests on (and a label it set aside, and why); the node helper gets the learned class instead
 /// of a catalog class to clock the job with.
-fn learned_rewrite(r: &mut Rewrite, l: &Learned, label: Option<&str>, limit_s: Option<f64>) {
+fn learned_rewrite(
+    r: &mut Rewrite,
+    l: &Learned,
+    label: Option<&str>,
+    limit_s: Option<f64>,
+    text: bool,
+) {
+    if !text {
+        r.learned_limit_s = limit_s;
+        return;
+    }
     let mut note = format!(" profile={} level={} runs={}", l.key, l.level, l.runs);
     if let (Some(label), Some(why)) = (label, &l.overruled) {
         note.push_str(&format!(" label={label} overruled"));
@@ -1071,7 +1084,7 @@ fn rewrite(
     (class, demand_pct, asked): (&str, Option<u8>, ShareRequest),
     offered: &[usize],
     by_feature: bool,
-    live: Live<'_>,
+    (live, text): (Live<'_>, bool),
     policy: Option<EnergyPolicy>,
 ) -> Rewrite {
     let d = &plan.decision;
@@ -1101,6 +1114,25 @@ fn rewrite(
         .chain(ask.others.iter().cloned())
         .collect::<Vec<_>>()
         .join(",");
+    let mut r = Rewrite {
+        tres,
+        per_job: ask.per_job,
+        features: by_feature.then(|| names.join("|")),
+        prefer: (by_feature && many).then(|| d.gpu_type.clone()),
+        site_factor: d.site_factor,
+        admin_comment: String::new(),
+        spank_env: vec![],
+        offered: offered.to_vec(),
+        gpus: d.gpus,
+        mps_pct: (!d.exclusive).then_some(share_pct),
+        limit_type: d.limit_type.as_deref().and_then(|t| cfg.gpu_type(t)),
+        demand_pct,
+        learned_limit_s: None,
+        own_request: false,
+    };
+    if !text {
+        return r;
+    }
     let share = if d.exclusive {
         "exclusive".to_owned()
     } else {
@@ -1146,35 +1178,22 @@ fn rewrite(
         spank_env.push(format!("HESHARE_GPU_TYPE={}", d.gpu_type));
         spank_env.push(format!("HESHARE_SM_CLOCK_MHZ={}", d.sm_clock_mhz));
     }
-    Rewrite {
-        tres,
-        per_job: ask.per_job,
-        features: by_feature.then(|| types.clone()),
-        prefer: (by_feature && many).then(|| d.gpu_type.clone()),
-        site_factor: d.site_factor,
-        admin_comment: format!(
-            "heshare: type={types}{prefer_note} share={share} clock={} class={class} policy={policy}{} asked={}{} site={:+} {} reason={reason}",
-            d.sm_clock_mhz,
-            d.limit_type
-                .as_deref()
-                .map_or(String::new(), |t| format!(" limit={t}")),
-            match asked {
-                ShareRequest::Pct(p) => p.get().to_string(),
-                ShareRequest::Exclusive | ShareRequest::Auto => "whole".to_owned(),
-            },
-            demand_pct.map_or(String::new(), |p| format!(" demand={p}")),
-            d.site_factor,
-            live.describe()
-        ),
-        spank_env,
-        offered: offered.to_vec(),
-        gpus: d.gpus,
-        mps_pct: (!d.exclusive).then_some(share_pct),
-        limit_type: d.limit_type.as_deref().and_then(|t| cfg.gpu_type(t)),
-        demand_pct,
-        learned_limit_s: None,
-        own_request: false,
-    }
+    r.admin_comment = format!(
+        "heshare: type={types}{prefer_note} share={share} clock={} class={class} policy={policy}{} asked={}{} site={:+} {} reason={reason}",
+        d.sm_clock_mhz,
+        d.limit_type
+            .as_deref()
+            .map_or(String::new(), |t| format!(" limit={t}")),
+        match asked {
+            ShareRequest::Pct(p) => p.get().to_string(),
+            ShareRequest::Exclusive | ShareRequest::Auto => "whole".to_owned(),
+        },
+        demand_pct.map_or(String::new(), |p| format!(" demand={p}")),
+        d.site_factor,
+        live.describe()
+    );
+    r.spank_env = spank_env;
+    r
 }
 
 /// AdminComment with heshare's part replaced or appended: what an admin or an earlier
