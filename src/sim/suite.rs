@@ -101,9 +101,15 @@ pub fn worlds() -> Vec<World> {
             name: "gavel",
             about: "Gavel's cluster (36 K80, 36 P100, 36 V100; 8-GPU servers assumed) and jobs \
                     drawn as Gavel's generator draws them (26 job types, multi-GPU, Philly \
-                    durations); K80 from Gavel's throughputs, its power the catalog's perturbed",
+                    durations); K80 from Gavel's throughputs, its power the catalog's perturbed; \
+                    load 0.5 of its GPUs in V100 time, about 0.75 of what its K80s, P100s and \
+                    V100s can do",
             cluster: ClusterSource::Gavel,
             jobs_from: JobSource::Gavel { rows: 5_000 },
+            // Load counts GPUs as V100s; its K80s and P100s run Gavel's jobs at 0.22x and 0.75x
+            // a V100 (Gavel's throughputs), so 0.7 would offer more than it can ever finish and
+            // its queue would only grow.
+            load: 0.5,
             jobs: 10_000,
             quick_jobs: 1_500,
             ..base.clone()
