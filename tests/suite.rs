@@ -61,6 +61,7 @@ fn the_quick_suite_runs_every_world_through_every_policy() {
             "{name}: says where it comes from"
         );
         assert_eq!(w["jobs_per_seed"], 300, "{name}");
+        assert_eq!(w["missing_jobs"], 0, "{name}");
         let rows: Vec<&str> = w["rows"]
             .as_array()
             .expect("rows")

@@ -198,6 +198,21 @@ pub struct Prepared {
     pub cfg: Config,
     pub nodes: Vec<Node>,
     pub trace: Vec<TraceJob>,
+    /// GPU rows of the trace no node of the cluster can ever hold (too many GPUs, cores or
+    /// memory for every node of its allowed models): Slurm refuses such a job at submission
+    /// ("Requested node configuration is not available"), so the world does not draw them.
+    pub refused_rows: usize,
+}
+
+/// Whether some node of `nodes` can hold `job` alone.
+fn fits_some_node(job: &TraceJob, nodes: &[Node]) -> bool {
+    nodes.iter().any(|n| {
+        n.gpu_type
+            .is_some_and(|t| job.gpu_types.is_empty() || job.gpu_types.contains(&t))
+            && n.gpus >= job.num_gpus
+            && n.cpu_milli >= job.cpu_milli
+            && n.memory_mib >= job.memory_mib
+    })
 }
 
 /// `cfg` with the K80 entry a site with K80s adds, unless it has one.
@@ -286,7 +301,17 @@ pub fn prepare(cfg: &Config, w: &World) -> Result<Prepared, String> {
         ),
         JobSource::Gavel { rows } => super::gavel_workload::jobs(&cfg, rows, u64::from(VERSION)),
     };
-    Ok(Prepared { cfg, nodes, trace })
+    let before = trace.len();
+    let trace: Vec<TraceJob> = trace
+        .into_iter()
+        .filter(|j| j.num_gpus == 0 || fits_some_node(j, &nodes))
+        .collect();
+    Ok(Prepared {
+        refused_rows: before - trace.len(),
+        cfg,
+        nodes,
+        trace,
+    })
 }
 
 /// How big a run of the suite is.
@@ -344,6 +369,10 @@ pub struct WorldResult {
     pub gpus: usize,
     pub jobs_per_seed: usize,
     pub seeds: Vec<u64>,
+    /// Trace rows no node can hold, not drawn (see `Prepared::refused_rows`).
+    pub refused_rows: usize,
+    /// Jobs that never started or never finished, over every run (0 unless something is wrong).
+    pub missing_jobs: usize,
     /// The baseline with the least facility energy per job (means over seeds).
     pub best_baseline: experiment::PolicyRow,
     /// heshare, heshare-labelled, heshare-oracle.
@@ -371,7 +400,12 @@ fn ratio(r: &[experiment::Ratio], metric: &str) -> f64 {
 }
 
 /// Sums up one world's report.
-pub fn result_of(world: &World, report: Report, wall_s: f64) -> Result<WorldResult, String> {
+pub fn result_of(
+    world: &World,
+    refused_rows: usize,
+    report: Report,
+    wall_s: f64,
+) -> Result<WorldResult, String> {
     let best_baseline = report
         .rows
         .iter()
@@ -427,6 +461,8 @@ pub fn result_of(world: &World, report: Report, wall_s: f64) -> Result<WorldResu
         gpus: report.gpus,
         jobs_per_seed: report.jobs_per_seed,
         seeds: report.seeds.clone(),
+        refused_rows,
+        missing_jobs: report.missing_jobs(),
         ordered_energy: ordered(|r| r.energy_per_job_kj),
         ordered_jct: ordered(|r| r.mean_jct_s),
         best_baseline,
@@ -506,6 +542,13 @@ mod tests {
         for w in &ws {
             let p = prepare(&cfg, w).unwrap_or_else(|e| panic!("{}: {e}", w.name));
             assert!(!p.nodes.is_empty(), "{}", w.name);
+            assert!(
+                p.trace
+                    .iter()
+                    .all(|j| j.num_gpus == 0 || fits_some_node(j, &p.nodes)),
+                "{}: a row no node holds is drawn",
+                w.name
+            );
             assert!(p.trace.iter().any(|j| j.num_gpus > 0), "{}", w.name);
             // openb's default list has one pod deleted while pending (no run time); no world adds
             // any.
