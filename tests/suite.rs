@@ -3,7 +3,18 @@
 //! baseline, an oracle that decided with the true profiles the world drew, and the summary.
 
 use serde_json::Value;
-use std::process::Command;
+use std::ffi::OsStr;
+use std::process::{Command, Output};
+
+/// `heshare ARGS` on the bundled configuration only.
+fn heshare<S: AsRef<OsStr>>(args: impl IntoIterator<Item = S>) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_heshare"))
+        .args(args)
+        .env_remove("HESHARE_CONFIG")
+        .env("HESHARE_SYSTEM_CONFIG", "/nonexistent/heshare.toml")
+        .output()
+        .expect("heshare runs")
+}
 
 const POLICIES: [&str; 10] = [
     "slurm-exclusive",
@@ -22,13 +33,10 @@ const POLICIES: [&str; 10] = [
 fn the_quick_suite_runs_every_world_through_every_policy() {
     let dir = tempfile::tempdir().expect("tempdir");
     let json = dir.path().join("suite.json");
-    let o = Command::new(env!("CARGO_BIN_EXE_heshare"))
-        .args(["simulate", "--suite", "--quick", "--jobs", "300", "--json"])
-        .arg(&json)
-        .env_remove("HESHARE_CONFIG")
-        .env("HESHARE_SYSTEM_CONFIG", "/nonexistent/heshare.toml")
-        .output()
-        .expect("heshare runs");
+    let json_arg = json.to_str().expect("a UTF-8 temporary path");
+    let o = heshare([
+        "simulate", "--suite", "--quick", "--jobs", "300", "--json", json_arg,
+    ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let v: Value = serde_json::from_str(&std::fs::read_to_string(&json).expect("json written"))
         .expect("valid JSON");
@@ -122,12 +130,7 @@ fn the_quick_suite_runs_every_world_through_every_policy() {
 
 #[test]
 fn the_suite_names_an_unknown_world() {
-    let o = Command::new(env!("CARGO_BIN_EXE_heshare"))
-        .args(["simulate", "--suite", "--quick", "--worlds", "openb,mars"])
-        .env_remove("HESHARE_CONFIG")
-        .env("HESHARE_SYSTEM_CONFIG", "/nonexistent/heshare.toml")
-        .output()
-        .expect("heshare runs");
+    let o = heshare(["simulate", "--suite", "--quick", "--worlds", "openb,mars"]);
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
@@ -138,12 +141,7 @@ fn the_suite_names_an_unknown_world() {
 
 #[test]
 fn the_suite_refuses_options_of_one_world() {
-    let o = Command::new(env!("CARGO_BIN_EXE_heshare"))
-        .args(["simulate", "--suite", "--load", "0.5"])
-        .env_remove("HESHARE_CONFIG")
-        .env("HESHARE_SYSTEM_CONFIG", "/nonexistent/heshare.toml")
-        .output()
-        .expect("heshare runs");
+    let o = heshare(["simulate", "--suite", "--load", "0.5"]);
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("--load describes one world"), "{err}");

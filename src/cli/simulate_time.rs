@@ -6,7 +6,7 @@ use crate::config::Config;
 use crate::sim::experiment::{self, Report, Spec};
 use crate::sim::meter::{HostSpec, PowerSaving};
 use crate::sim::priority::QueueOrder;
-use crate::sim::schedulers::NAMES;
+use crate::sim::schedulers::DEFAULT;
 use anyhow::{Context, Result, anyhow, bail};
 use serde::Serialize;
 use std::io::Write;
@@ -80,11 +80,7 @@ pub fn run(out: &mut impl Write, cfg: &Config, args: &SimulateArgs, load: f64) -
         saving,
         queue,
         policies: if args.policies.is_empty() {
-            NAMES
-                .iter()
-                .filter(|n| **n != "heshare-whole-view")
-                .map(|s| (*s).to_owned())
-                .collect()
+            DEFAULT.iter().map(|s| (*s).to_owned()).collect()
         } else {
             args.policies.clone()
         },

@@ -340,6 +340,17 @@ impl Report {
     }
 }
 
+/// How `policy`'s decisions used profiles, summed over its runs (`None` if it reports none).
+pub fn profiles_of(runs: &[SeedRun], policy: &str) -> Option<super::learning::ProfileStats> {
+    runs.iter()
+        .filter(|r| r.policy == policy)
+        .filter_map(|r| r.profiles.clone())
+        .reduce(|mut a, b| {
+            a += b;
+            a
+        })
+}
+
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     crate::report::percentile(sorted, p).unwrap_or(f64::NAN)
 }
@@ -416,7 +427,7 @@ pub fn run(
         })
     };
     let next = std::sync::atomic::AtomicUsize::new(0);
-    let got: Vec<(usize, Result<Done, String>)> = std::thread::scope(|s| {
+    let mut got: Vec<(usize, Result<Done, String>)> = std::thread::scope(|s| {
         let workers: Vec<_> = (0..spec.threads.clamp(1, tasks.len().max(1)))
             .map(|_| {
                 s.spawn(|| {
@@ -440,7 +451,6 @@ pub fn run(
             })
             .collect()
     });
-    let mut got = got;
     got.sort_by_key(|(k, _)| *k);
     let mut done: Vec<Done> = Vec::with_capacity(got.len());
     for (_, r) in got {
@@ -795,29 +805,7 @@ fn summarise(
             labelled_jct: ratio_of("heshare-labelled", |x| x.1),
         });
     }
-    let profiles = runs
-        .iter()
-        .filter(|r| r.policy == "heshare")
-        .filter_map(|r| r.profiles.clone())
-        .reduce(|mut a, b| {
-            a.submitted += b.submitted;
-            a.with_profile += b.with_profile;
-            for k in 0..3 {
-                a.by_level[k] += b.by_level[k];
-            }
-            a.labelled += b.labelled;
-            a.as_asked += b.as_asked;
-            a.whole_first_runs += b.whole_first_runs;
-            a.widened_first_runs += b.widened_first_runs;
-            a.kept_shares += b.kept_shares;
-            a.whole_for_limit += b.whole_for_limit;
-            a.overruled += b.overruled;
-            a.overruled_wrong += b.overruled_wrong;
-            a.taught += b.taught;
-            a.foreign += b.foreign;
-            a.profiles += b.profiles;
-            a
-        });
+    let profiles = profiles_of(&runs, "heshare");
     // Predictor error over the finished jobs of heshare's own runs (of every run when heshare was
     // not among the policies): what its decisions were based on against what the world did.
     let mut by: std::collections::BTreeMap<(usize, usize), Vec<(f64, f64)>> =

@@ -56,8 +56,7 @@ pub fn cluster_csv() -> String {
 
 /// The catalog class a Gavel job type's family runs as.
 fn class_of(job_type: &str) -> Option<&'static str> {
-    let family = job_type.split(" (").next().unwrap_or(job_type);
-    Some(match family {
+    Some(match super::world::family(job_type) {
         "ResNet-18" => "resnet18-train",
         "ResNet-50" => "resnet50-train",
         "Transformer" => "transformer-train",
@@ -75,19 +74,11 @@ fn types_by_scale() -> Vec<(u32, Vec<String>)> {
         .into_iter()
         .map(|s| (s, BTreeSet::new()))
         .collect();
-    for line in super::world::GAVEL_ISOLATED.lines().skip(1) {
-        let f: Vec<&str> = line.split(',').collect();
-        // gpu_type, consolidated, job_type, scale_factor, throughput (job types hold no commas)
-        if f.len() != 5 || f[0] != "v100" || f[1] != "1" {
-            continue;
-        }
-        let (Ok(scale), Ok(thr)) = (f[3].parse::<u32>(), f[4].parse::<f64>()) else {
-            continue;
-        };
-        if thr > 0.0 {
-            if let Some((_, set)) = by.iter_mut().find(|(s, _)| *s == scale) {
-                set.insert(f[2].to_owned());
-            }
+    for r in super::world::gavel_rows()
+        .filter(|r| r.gpu == "v100" && r.consolidated && r.steps_per_s > 0.0)
+    {
+        if let Some((_, set)) = by.iter_mut().find(|(s, _)| *s == r.scale) {
+            set.insert(r.job_type.to_owned());
         }
     }
     by.into_iter()

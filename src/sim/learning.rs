@@ -47,6 +47,27 @@ pub struct ProfileStats {
     pub profiles: usize,
 }
 
+impl std::ops::AddAssign for ProfileStats {
+    fn add_assign(&mut self, b: ProfileStats) {
+        self.submitted += b.submitted;
+        self.with_profile += b.with_profile;
+        for (a, b) in self.by_level.iter_mut().zip(b.by_level) {
+            *a += b;
+        }
+        self.labelled += b.labelled;
+        self.as_asked += b.as_asked;
+        self.whole_first_runs += b.whole_first_runs;
+        self.widened_first_runs += b.widened_first_runs;
+        self.kept_shares += b.kept_shares;
+        self.whole_for_limit += b.whole_for_limit;
+        self.overruled += b.overruled;
+        self.overruled_wrong += b.overruled_wrong;
+        self.taught += b.taught;
+        self.foreign += b.foreign;
+        self.profiles += b.profiles;
+    }
+}
+
 /// The store a timer keeps updated, as the simulator runs it.
 pub struct OnlineProfiles {
     book: Book,

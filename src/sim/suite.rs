@@ -179,20 +179,6 @@ pub fn worlds() -> Vec<World> {
     ]
 }
 
-/// The policies every world runs: the baselines, then heshare learned, labelled and oracle.
-pub const POLICIES: [&str; 10] = [
-    "slurm-exclusive",
-    "slurm-mps",
-    "fgd",
-    "fgd-pwr",
-    "gavel",
-    "zeus",
-    "energy-greedy",
-    "heshare",
-    "heshare-labelled",
-    "heshare-oracle",
-];
-
 /// A world made concrete: the site's catalog, its nodes and its trace.
 pub struct Prepared {
     pub cfg: Config,
@@ -339,7 +325,10 @@ pub fn spec(w: &World, size: Size, threads: usize) -> Spec {
             ..PowerSaving::default()
         },
         queue: super::priority::QueueOrder::default(),
-        policies: POLICIES.iter().map(|s| (*s).to_owned()).collect(),
+        policies: super::schedulers::DEFAULT
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect(),
         threads,
         recurrence: w.recurrence,
         curve_days: 7,
@@ -389,8 +378,6 @@ pub struct WorldResult {
     /// Every policy's row (means over seeds).
     pub rows: Vec<experiment::PolicyRow>,
     pub wall_s: f64,
-    #[serde(skip)]
-    pub report: Report,
 }
 
 fn ratio(r: &[experiment::Ratio], metric: &str) -> f64 {
@@ -444,32 +431,21 @@ pub fn result_of(
         .iter()
         .find(|r| r.policy == "heshare")
         .map_or(f64::NAN, |r| r.sim_jobs_per_s);
-    let oracle_profiles = report
-        .runs
-        .iter()
-        .filter(|r| r.policy == "heshare-oracle")
-        .filter_map(|r| r.profiles.clone())
-        .reduce(|mut a, b| {
-            a.submitted += b.submitted;
-            a.with_profile += b.with_profile;
-            a
-        });
     Ok(WorldResult {
-        oracle_profiles,
-        rows: report.rows.clone(),
+        oracle_profiles: experiment::profiles_of(&report.runs, "heshare-oracle"),
+        missing_jobs: report.missing_jobs(),
         world: world.clone(),
         gpus: report.gpus,
         jobs_per_seed: report.jobs_per_seed,
-        seeds: report.seeds.clone(),
         refused_rows,
-        missing_jobs: report.missing_jobs(),
         ordered_energy: ordered(|r| r.energy_per_job_kj),
         ordered_jct: ordered(|r| r.mean_jct_s),
         best_baseline,
         heshare,
         heshare_jobs_per_s,
         wall_s,
-        report,
+        seeds: report.seeds,
+        rows: report.rows,
     })
 }
 

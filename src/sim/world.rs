@@ -64,7 +64,7 @@ const ZEUS_RTX6000: &str = include_str!(concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/data/zeus-nsdi23/summary_power_rtx6000.csv"
 ));
-pub(crate) const GAVEL_ISOLATED: &str = include_str!(concat!(
+const GAVEL_ISOLATED: &str = include_str!(concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/data/gavel-osdi20/gavel_physical_isolated_throughputs.csv"
 ));
@@ -458,24 +458,48 @@ struct EdpRecord {
     performance_vs_max_edp_percent: f64,
 }
 
+/// One row of Gavel's isolated throughput table.
+pub(crate) struct GavelRow {
+    pub gpu: &'static str,
+    /// On one server (a multi-GPU job's GPUs not spread over servers).
+    pub consolidated: bool,
+    pub job_type: &'static str,
+    /// GPUs the job runs on.
+    pub scale: u32,
+    pub steps_per_s: f64,
+}
+
+/// Gavel's isolated throughput table (`gpu_type, consolidated, job_type, scale_factor,
+/// throughput_steps_per_s`; job types hold no commas), its unreadable rows left out.
+pub(crate) fn gavel_rows() -> impl Iterator<Item = GavelRow> {
+    GAVEL_ISOLATED.lines().skip(1).filter_map(|line| {
+        let f: Vec<&'static str> = line.split(',').collect();
+        if f.len() != 5 {
+            return None;
+        }
+        Some(GavelRow {
+            gpu: f[0],
+            consolidated: f[1] == "1",
+            job_type: f[2],
+            scale: f[3].parse().ok()?,
+            steps_per_s: f[4].parse().ok()?,
+        })
+    })
+}
+
 /// Gavel: (job type -> {gpu -> steps/s}) for one GPU, consolidated.
 fn gavel_isolated() -> BTreeMap<String, BTreeMap<String, f64>> {
     let mut out: BTreeMap<String, BTreeMap<String, f64>> = BTreeMap::new();
-    for line in GAVEL_ISOLATED.lines().skip(1) {
-        let f: Vec<&str> = line.split(',').collect();
-        if f.len() != 5 || f[1] != "1" || f[3] != "1" {
-            continue;
-        }
-        if let Ok(t) = f[4].parse::<f64>() {
-            out.entry(f[2].to_owned())
-                .or_default()
-                .insert(f[0].to_owned(), t);
-        }
+    for r in gavel_rows().filter(|r| r.consolidated && r.scale == 1) {
+        out.entry(r.job_type.to_owned())
+            .or_default()
+            .insert(r.gpu.to_owned(), r.steps_per_s);
     }
     out
 }
 
-fn family(job_type: &str) -> &str {
+/// A Gavel job type's family: `ResNet-50` of `ResNet-50 (batch size 64)`.
+pub(crate) fn family(job_type: &str) -> &str {
     job_type.split(" (").next().unwrap_or(job_type)
 }
 

@@ -917,8 +917,8 @@ fn learned_rewrite(
     limit_s: Option<f64>,
     text: bool,
 ) {
+    r.learned_limit_s = limit_s;
     if !text {
-        r.learned_limit_s = limit_s;
         return;
     }
     let mut note = format!(" profile={} level={} runs={}", l.key, l.level, l.runs);
@@ -941,7 +941,6 @@ fn learned_rewrite(
     if let Some(t) = limit_s {
         // The helper keeps the learned runtime within the limit at the clock it picks.
         r.spank_env.push(format!("HESHARE_TIME_LIMIT_S={t:.0}"));
-        r.learned_limit_s = Some(t);
     }
     r.spank_env.push(format!(
         "HESHARE_PROFILE={}",
@@ -1114,10 +1113,11 @@ fn rewrite(
         .chain(ask.others.iter().cloned())
         .collect::<Vec<_>>()
         .join(",");
+    let types = names.join("|");
     let mut r = Rewrite {
         tres,
         per_job: ask.per_job,
-        features: by_feature.then(|| names.join("|")),
+        features: by_feature.then(|| types.clone()),
         prefer: (by_feature && many).then(|| d.gpu_type.clone()),
         site_factor: d.site_factor,
         admin_comment: String::new(),
@@ -1150,7 +1150,6 @@ fn rewrite(
         Some(EnergyPolicy::Energy) => "energy",
         Some(EnergyPolicy::Balanced) | None => "balanced",
     };
-    let types = names.join("|");
     let prefer_note = if many {
         format!(" prefer={}", d.gpu_type)
     } else {

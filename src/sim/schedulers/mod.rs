@@ -88,6 +88,13 @@ pub const NAMES: [&str; 11] = [
     "heshare-whole-view",
 ];
 
+/// The schedulers a run compares unless told otherwise (`simulate`'s default, every world of the
+/// suite): every name but heshare-whole-view, the last.
+pub const DEFAULT: &[&str] = match NAMES.split_last() {
+    Some((_, rest)) => rest,
+    None => &[],
+};
+
 /// The names of the baselines (everything that is not heshare).
 pub fn is_baseline(name: &str) -> bool {
     !name.starts_with("heshare")
@@ -110,7 +117,7 @@ pub fn by_name<'a>(
         "energy-greedy" => Box::new(EnergyGreedy::default()),
         "heshare" => Box::new(Shipped::new(st, Knowledge::Learned)),
         "heshare-labelled" => Box::new(Shipped::new(st, Knowledge::Labelled)),
-        "heshare-oracle" => Box::new(Shipped::oracle(st, world)),
+        "heshare-oracle" => Box::new(Shipped::new(st, Knowledge::Oracle(world))),
         "heshare-whole-view" => Box::new(HeshareIdeal::new(st)),
         other => {
             return Err(format!(

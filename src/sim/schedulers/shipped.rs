@@ -53,23 +53,22 @@ struct Held {
 }
 
 /// Where heshare's knowledge of a job comes from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Knowledge {
+#[derive(Clone, Copy)]
+pub enum Knowledge<'w> {
     /// The users' labels, where they give one, and profiles learned from earlier runs.
     Learned,
     /// Every job's true class, no profiles.
     Labelled,
-    /// Every job's true class and its true profile on every type (`sim::oracle`).
-    Oracle,
+    /// Every job's true class and its true profile on every type, as this world drew it
+    /// (`sim::oracle`).
+    Oracle(&'w crate::sim::world::World),
 }
 
 /// How often the simulated site's timer runs `heshare profiles update`.
 pub const PROFILE_UPDATE_S: f64 = 900.0;
 
 pub struct Shipped<'w> {
-    knowledge: Knowledge,
-    /// The world, for `Knowledge::Oracle` only: the truth its profiles are made of.
-    world: Option<&'w crate::sim::world::World>,
+    knowledge: Knowledge<'w>,
     /// The profile store and its updates (used with `Knowledge::Learned`).
     pub profiles: crate::sim::learning::OnlineProfiles,
     /// Per job, the keys `job_submit` gave it (its record carries them).
@@ -104,21 +103,7 @@ pub struct Shipped<'w> {
 }
 
 impl<'w> Shipped<'w> {
-    /// heshare learning (`Learned`) or told every job's class (`Labelled`).
-    pub fn new(st: &State<'_>, knowledge: Knowledge) -> Shipped<'w> {
-        Shipped::with_world(st, knowledge, None)
-    }
-
-    /// heshare told the truth `world` drew for every job.
-    pub fn oracle(st: &State<'_>, world: &'w crate::sim::world::World) -> Shipped<'w> {
-        Shipped::with_world(st, Knowledge::Oracle, Some(world))
-    }
-
-    fn with_world(
-        st: &State<'_>,
-        knowledge: Knowledge,
-        world: Option<&'w crate::sim::world::World>,
-    ) -> Shipped<'w> {
+    pub fn new(st: &State<'_>, knowledge: Knowledge<'w>) -> Shipped<'w> {
         let types = st.cfg.gpu_types.len();
         let mut present = vec![0u32; types];
         for n in &st.nodes {
@@ -128,7 +113,6 @@ impl<'w> Shipped<'w> {
         }
         Shipped {
             knowledge,
-            world,
             profiles: crate::sim::learning::OnlineProfiles::new(PROFILE_UPDATE_S),
             keys: FxHashMap::default(),
             site: Site {
@@ -277,7 +261,7 @@ impl<'w> Shipped<'w> {
         // The class its user gives: every job its truth, or what the workload says its user
         // labels it (a user who labels also lets heshare size a share).
         let label = match self.knowledge {
-            Knowledge::Labelled | Knowledge::Oracle => Some(job.class),
+            Knowledge::Labelled | Knowledge::Oracle(_) => Some(job.class),
             Knowledge::Learned => job.label,
         };
         let opts = Options {
@@ -289,9 +273,9 @@ impl<'w> Shipped<'w> {
         // Slurm counts whole CPUs.
         let cpus = u32::try_from((job.pod.cpu_milli.max(0) + 999) / 1000).ok();
         let memory_mib = u64::try_from(job.pod.memory_mib).ok();
-        let learned = match (self.knowledge, self.world) {
-            (Knowledge::Labelled, _) | (Knowledge::Oracle, None) => None,
-            (Knowledge::Oracle, Some(world)) => {
+        let learned = match self.knowledge {
+            Knowledge::Labelled => None,
+            Knowledge::Oracle(world) => {
                 let keys = self.profiles.keys_of(job, &ask.request_string());
                 let types: Vec<usize> = self.site.present.iter().map(|&(t, _)| t).collect();
                 let l = crate::sim::oracle::true_profile(
@@ -300,7 +284,7 @@ impl<'w> Shipped<'w> {
                 self.profiles.count(l.as_ref(), label, job.class);
                 l
             }
-            (Knowledge::Learned, _) => {
+            Knowledge::Learned => {
                 let keys = self.profiles.keys_of(job, &ask.request_string());
                 let l = self.profiles.lookup(
                     st.cfg,
@@ -423,7 +407,7 @@ impl Scheduler for Shipped<'_> {
         match self.knowledge {
             Knowledge::Learned => "heshare",
             Knowledge::Labelled => "heshare-labelled",
-            Knowledge::Oracle => "heshare-oracle",
+            Knowledge::Oracle(_) => "heshare-oracle",
         }
     }
 
@@ -522,7 +506,7 @@ impl Scheduler for Shipped<'_> {
     }
 
     fn profile_stats(&self) -> Option<crate::sim::learning::ProfileStats> {
-        (self.knowledge != Knowledge::Labelled).then(|| self.profiles.stats.clone())
+        (!matches!(self.knowledge, Knowledge::Labelled)).then(|| self.profiles.stats.clone())
     }
 
     fn left_as_asked(&self, j: usize) -> bool {
