@@ -119,7 +119,7 @@ pub fn idle_view(nodes: &[Node]) -> ClusterView {
         .filter_map(|n| n.gpu_type.map(|t| (n, t)))
         .flat_map(|(n, t)| {
             (0..n.gpus).map(move |index| GpuSlot {
-                node: n.name.clone(),
+                node: n.name.as_str().into(),
                 index,
                 gpu_type: t,
                 jobs: vec![],

@@ -147,7 +147,7 @@ proptest! {
         let mut view = ClusterView::default();
         for n in 0..8usize {
             for i in 0..4u32 {
-                view.gpus.push(GpuSlot { node: format!("n{n}"), index: i, gpu_type: n % cfg.gpu_types.len(), jobs: vec![], power: heshare::policy::SlotPower::Up, node_gpus: 4 });
+                view.gpus.push(GpuSlot { node: format!("n{n}").into(), index: i, gpu_type: n % cfg.gpu_types.len(), jobs: vec![], power: heshare::policy::SlotPower::Up, node_gpus: 4 });
             }
         }
         for (k, (class, share, user, exclusive)) in occupants.iter().enumerate() {
@@ -157,7 +157,7 @@ proptest! {
             if slot.jobs.iter().any(|j| j.exclusive) || used + share > 100 || (*exclusive && !slot.jobs.is_empty()) {
                 continue;
             }
-            slot.jobs.push(PlacedJob { class: class % cfg.classes.len(), share: SharePct::new(u8::try_from(share).expect("<=100")).expect("valid"), user: format!("u{user}"), exclusive: *exclusive });
+            slot.jobs.push(PlacedJob { class: class % cfg.classes.len(), share: SharePct::new(u8::try_from(share).expect("<=100")).expect("valid"), user: format!("u{user}").into(), exclusive: *exclusive });
         }
         let req = JobRequest { class: cfg.classes[class_idx % cfg.classes.len()].name.clone(), gpus: 1, share: ShareRequest::Auto, user: "u0".into(), gpu_types: vec![], energy_policy: policy, time_limit_s: None, reference_share: None, demand_pct: None, learned: None };
         let a = place(&cfg, &view, &req);
@@ -165,10 +165,10 @@ proptest! {
         if let Ok(plan) = a {
             let d = &plan.decision;
             let node = d.node.as_deref().expect("a full view names the node");
-            let slot = view.gpus.iter().find(|g| g.node == node && g.index == d.gpu_indices[0]).expect("the GPU exists");
+            let slot = view.gpus.iter().find(|g| *g.node == *node && g.index == d.gpu_indices[0]).expect("the GPU exists");
             let used: u32 = slot.jobs.iter().map(|j| u32::from(j.share.get())).sum();
             prop_assert!(used + u32::from(d.share_pct) <= 100);
-            prop_assert!(slot.jobs.iter().all(|j| !j.exclusive && (cross_user || j.user == "u0")), "joined a GPU it may not share");
+            prop_assert!(slot.jobs.iter().all(|j| !j.exclusive && (cross_user || &*j.user == "u0")), "joined a GPU it may not share");
             prop_assert!(!d.exclusive || slot.jobs.is_empty());
             prop_assert!(cfg.gpu_types[slot.gpu_type].supports_clock(heshare::units::Mhz(d.sm_clock_mhz)));
             prop_assert!(d.site_factor.unsigned_abs() <= cfg.policy.priority_range);

@@ -59,7 +59,7 @@ fn occupy(cfg: &Config, view: &mut ClusterView, occupancy: f64, rng: &mut SplitM
         if rng.unit() >= occupancy {
             continue;
         }
-        let user = format!("user{}", rng.below(50));
+        let user: std::sync::Arc<str> = format!("user{}", rng.below(50)).into();
         if rng.unit() < 1.0 / 3.0 || inference.is_empty() {
             let class = training[rng.below(training.len())];
             slot.jobs.push(PlacedJob {
@@ -102,7 +102,7 @@ fn snapshot_of(cfg: &Config, nodes: &[Node], view: &ClusterView, rng: &mut Split
         .filter_map(|n| {
             let t = n.gpu_type?;
             Some(NodeInfo {
-                name: n.name.clone(),
+                name: n.name.as_str().into(),
                 features: vec![cfg.gpu_types[t].name.clone()],
                 gpus: (0..n.gpus).map(|i| (i, t)).collect(),
                 cpus: u32::try_from(n.cpu_milli / 1000).unwrap_or(u32::MAX),
@@ -114,14 +114,14 @@ fn snapshot_of(cfg: &Config, nodes: &[Node], view: &ClusterView, rng: &mut Split
     let index: std::collections::HashMap<&str, usize> = infos
         .iter()
         .enumerate()
-        .map(|(i, n)| (n.name.as_str(), i))
+        .map(|(i, n)| (&*n.name, i))
         .collect();
     let mut holdings = Vec::new();
     for g in &view.gpus {
         let frees = 60.0 + rng.unit() * 172_800.0;
         for j in &g.jobs {
             holdings.push(Holding {
-                node: index[g.node.as_str()],
+                node: index[&*g.node],
                 gpu_index: g.index,
                 job: j.clone(),
                 frees_in_s: frees,

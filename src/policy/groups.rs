@@ -17,7 +17,7 @@ enum Holder {
     Idle,
     /// A job holds each GPU whole: no one can join.
     Exclusive,
-    User(String),
+    User(std::sync::Arc<str>),
     Users,
 }
 
@@ -124,7 +124,7 @@ impl GpuGroups {
             .filter(|(h, _)| match h {
                 Holder::Idle => true,
                 Holder::Exclusive => false,
-                Holder::User(u) => cross_user || u == user,
+                Holder::User(u) => cross_user || **u == *user,
                 Holder::Users => cross_user,
             })
             .flat_map(|(_, s)| s.iter().copied())
@@ -153,7 +153,7 @@ mod tests {
         GpuSlot {
             power: crate::policy::SlotPower::Up,
             node_gpus: 4,
-            node: format!("n{node}"),
+            node: format!("n{node}").into(),
             index,
             gpu_type,
             jobs: vec![],
@@ -197,7 +197,7 @@ mod tests {
                         class,
                         share: SharePct::new(u8::try_from(10 + 10 * rng.below(3)).expect("pct"))
                             .expect("pct"),
-                        user: format!("u{}", rng.below(2)),
+                        user: format!("u{}", rng.below(2)).into(),
                         exclusive: rng.unit() < 0.1,
                     });
                 }

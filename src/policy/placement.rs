@@ -125,7 +125,8 @@ pub struct PlacedJob {
     /// Index into `Config::classes`.
     pub class: usize,
     pub share: SharePct,
-    pub user: String,
+    /// Shared: a snapshot names the same few users and nodes on every GPU.
+    pub user: std::sync::Arc<str>,
     /// Holds the whole GPU: nobody may join.
     pub exclusive: bool,
 }
@@ -146,7 +147,7 @@ pub enum SlotPower {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct GpuSlot {
     /// Empty for a type-level view (one slot per type, no real GPU behind it).
-    pub node: String,
+    pub node: std::sync::Arc<str>,
     pub index: u32,
     /// Index into `Config::gpu_types`.
     pub gpu_type: usize,
@@ -173,7 +174,7 @@ impl ClusterView {
         ClusterView {
             gpus: (0..cfg.gpu_types.len())
                 .map(|t| GpuSlot {
-                    node: String::new(),
+                    node: "".into(),
                     index: 0,
                     gpu_type: t,
                     jobs: vec![],
@@ -710,7 +711,7 @@ fn plan_for(
             if type_level {
                 (None, vec![])
             } else {
-                (Some(slot.node.clone()), vec![slot.index])
+                (Some(slot.node.to_string()), vec![slot.index])
             }
         };
         let before = raw.len();
@@ -1237,7 +1238,8 @@ fn slot_filter(
     if occupied && jobs.len() >= usize::from(cfg.policy.max_jobs_per_gpu) {
         return Err(Some(Reject::Crowded(jobs.len())));
     }
-    if occupied && !cfg.policy.allow_cross_user_sharing && jobs.iter().any(|j| j.user != req.user) {
+    if occupied && !cfg.policy.allow_cross_user_sharing && jobs.iter().any(|j| *j.user != *req.user)
+    {
         return Err(Some(Reject::OtherUser));
     }
     let no_option = match req.share {
@@ -1390,7 +1392,7 @@ fn whole_gpus_on_one_node(
     let mut at: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
     for &i in slots {
         let s = view[i];
-        match at.get(s.node.as_str()) {
+        match at.get(&*s.node) {
             Some(&k) => by_node[k].1.push(s.index),
             None => {
                 at.insert(&s.node, by_node.len());
@@ -1456,7 +1458,7 @@ mod tests {
             gpus: types
                 .iter()
                 .map(|&(t, power)| GpuSlot {
-                    node: format!("n-{t}"),
+                    node: format!("n-{t}").into(),
                     index: 0,
                     gpu_type: cfg.gpu_type(t).expect("type"),
                     jobs: vec![],

@@ -226,6 +226,10 @@ pub struct State<'a> {
     pub queue: QueueOrder,
     /// What users do with a job killed at its limit.
     pub reruns: Reruns,
+    /// The earliest time at or after `now` a job may be submitted (an arrival queued, or a kill
+    /// its user answers with a rerun); infinite when none is. A scheduler whose snapshot nobody
+    /// would read before its next period may skip taking it.
+    pub next_submit_s: f64,
 }
 
 /// What a user does when Slurm kills a job at its time limit: submits it again at once, from
@@ -656,7 +660,7 @@ pub fn build_state<'a>(
                 busy_frac: 0.0,
             });
             view.gpus.push(GpuSlot {
-                node: n.name.clone(),
+                node: n.name.as_str().into(),
                 index,
                 gpu_type: t,
                 jobs: vec![],
@@ -695,6 +699,8 @@ pub fn build_state<'a>(
         version: 0,
         queue: QueueOrder::default(),
         reruns: Reruns::default(),
+        // Until the engine runs, every moment may bring a submission.
+        next_submit_s: 0.0,
     }
 }
 
@@ -731,10 +737,52 @@ struct Run<'w> {
     /// Jobs holding resources now.
     allocated: usize,
     site_factors: Vec<i32>,
+    /// Times of the queued arrivals and kills (a kill may bring a rerun), earliest first; a
+    /// superseded kill stays until its time passes, which only makes `next_submit_s` early.
+    submits: BinaryHeap<std::cmp::Reverse<TotalF64>>,
+    /// User `k`'s name in the view, `u<k>`, made once.
+    users: Vec<std::sync::Arc<str>>,
+}
+
+/// An `f64` ordered by `total_cmp`, for the heap of submission times.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct TotalF64(f64);
+
+impl Eq for TotalF64 {}
+
+impl PartialOrd for TotalF64 {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for TotalF64 {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0.total_cmp(&other.0)
+    }
 }
 
 impl Run<'_> {
+    fn user(&mut self, k: u32) -> std::sync::Arc<str> {
+        let k = k as usize;
+        while self.users.len() <= k {
+            self.users.push(format!("u{}", self.users.len()).into());
+        }
+        self.users[k].clone()
+    }
+
+    /// The earliest queued arrival or kill at or after `now`.
+    fn next_submit_s(&mut self, now: f64) -> f64 {
+        while self.submits.peek().is_some_and(|t| t.0.0 < now) {
+            self.submits.pop();
+        }
+        self.submits.peek().map_or(f64::INFINITY, |t| t.0.0)
+    }
+
     fn push(&mut self, t: f64, ev: Event) {
+        if matches!(ev, Event::Arrival(_) | Event::Kill(_)) {
+            self.submits.push(std::cmp::Reverse(TotalF64(t)));
+        }
         self.heap.push(Queued {
             t,
             seq: self.seq,
@@ -799,6 +847,8 @@ pub fn run(
         off: 0,
         allocated: 0,
         site_factors: Vec::new(),
+        submits: BinaryHeap::new(),
+        users: Vec::new(),
     };
     for j in 0..st.jobs.len() {
         let t = st.jobs[j].submit_s;
@@ -847,6 +897,7 @@ pub fn run(
             _ => {}
         }
         st.now = t;
+        st.next_submit_s = r.next_submit_s(t);
         let waiting_now: Vec<usize> = waiting.iter().copied().collect();
         let changed = sched.tick(st, &waiting_now);
         if sched.take_reordered() || order.stale(st, &waiting) {
@@ -1352,7 +1403,7 @@ fn try_start(
     st.nodes[node].epoch += 1;
     for &g in &gpus {
         st.gpus[g].jobs.push(j);
-        let user = format!("u{}", st.jobs[j].user);
+        let user = r.user(st.jobs[j].user);
         st.view.gpus[g].jobs.push(PlacedJob {
             class: st.jobs[j].class,
             share,

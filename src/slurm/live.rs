@@ -448,7 +448,7 @@ fn take(client: &Client, cfg: &Config) -> Result<(Snapshot, Vec<PendingHeshare>)
     if rc != 0 || jobs_msg.is_null() {
         return Err(format!("slurm_load_jobs: {}", client.last_error()));
     }
-    let names: Vec<String> = nodes.iter().map(|n| n.0.name.clone()).collect();
+    let names: Vec<String> = nodes.iter().map(|n| n.0.name.to_string()).collect();
     // SAFETY: a message slurm_load_jobs returned.
     let (holdings, pending, heshare_pending) =
         unsafe { read_jobs(cfg, &*jobs_msg, &names, &nodes, now) };
@@ -511,7 +511,7 @@ unsafe fn read_nodes(cfg: &Config, msg: &b::node_info_msg_t) -> Vec<(NodeInfo, O
             && u64::from(n.node_state) & unusable == 0;
         out.push((
             NodeInfo {
-                name,
+                name: name.into(),
                 features,
                 gpus,
                 cpus: u32::from(n.cpus),
@@ -626,7 +626,7 @@ unsafe fn read_jobs(
                         let placed = PlacedJob {
                             class: class.unwrap_or_else(|| stand_in_class(cfg, share)),
                             share: share.and_then(SharePct::new).unwrap_or(SharePct::FULL),
-                            user: j.user_id.to_string(),
+                            user: j.user_id.to_string().into(),
                             exclusive: share.is_none(),
                         };
                         holdings.push(Holding {

@@ -13,7 +13,7 @@ use crate::policy::{ClusterView, GpuSlot, PlacedJob, SlotPower, TypeQueue};
 /// One node: its name, its features, its size, and its GPUs (index on the node, catalog type).
 #[derive(Debug, Clone, PartialEq)]
 pub struct NodeInfo {
-    pub name: String,
+    pub name: std::sync::Arc<str>,
     pub features: Vec<String>,
     pub gpus: Vec<(u32, usize)>,
     pub cpus: u32,
@@ -243,7 +243,7 @@ impl Snapshot {
                 let used: u32 = s.jobs.iter().map(|j| u32::from(j.share.get())).sum();
                 if !s.jobs.iter().any(|j| j.exclusive) && used + w <= 100 {
                     share[t][p] = share[t][p].or(Some(i));
-                    if s.jobs.iter().any(|j| j.user != user) {
+                    if s.jobs.iter().any(|j| *j.user != *user) {
                         foreign[t][p] = Some(i);
                     }
                 }
@@ -643,7 +643,7 @@ mod tests {
         // user's job shares time with 1001's MPS server; that is the share's slot. The idle t4
         // is the whole GPU's.
         let picks = s.slots_for(1, "1000", |t| (t == t4).then_some(30));
-        let names: Vec<(&str, u32)> = picks.iter().map(|g| (g.node.as_str(), g.index)).collect();
+        let names: Vec<(&str, u32)> = picks.iter().map(|g| (&*g.node, g.index)).collect();
         assert_eq!(names, vec![("ht4", 0), ("ht4", 1)]);
         // User 1001 itself may share its own t4.
         let picks = s.slots_for(1, "1001", |t| (t == t4).then_some(30));

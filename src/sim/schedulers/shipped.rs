@@ -96,7 +96,7 @@ pub struct Shipped<'w> {
     /// What the snapshot thread reads of the nodes (they never change here), and the users'
     /// names, built once.
     nodes: Vec<NodeInfo>,
-    users: Vec<String>,
+    users: Vec<std::sync::Arc<str>>,
     /// Jobs the plugin left as their users asked (no label, no profile, or no placement), or
     /// gave only a wider share than asked (a first run's margin).
     as_asked: FxHashSet<usize>,
@@ -143,7 +143,7 @@ impl<'w> Shipped<'w> {
                 .map(|n| {
                     let t = n.res.gpu_type.unwrap_or(0);
                     NodeInfo {
-                        name: n.name.clone(),
+                        name: n.name.as_str().into(),
                         features: vec![st.cfg.gpu_types[t].name.clone()],
                         gpus: n.gpus.iter().map(|&g| (st.gpus[g].index, t)).collect(),
                         cpus: u32::try_from(n.cpu_milli / 1000).unwrap_or(u32::MAX),
@@ -157,12 +157,12 @@ impl<'w> Shipped<'w> {
         }
     }
 
-    fn user(&mut self, u: u32) -> &str {
+    fn user(&mut self, u: u32) -> std::sync::Arc<str> {
         let u = u as usize;
         while self.users.len() <= u {
-            self.users.push(format!("u{}", self.users.len()));
+            self.users.push(format!("u{}", self.users.len()).into());
         }
-        &self.users[u]
+        self.users[u].clone()
     }
 
     /// The plugin's view at `at`: the cluster as it stands (nothing changed since `at`).
@@ -181,7 +181,7 @@ impl<'w> Shipped<'w> {
             for &j in &g.jobs {
                 let job = &st.jobs[j];
                 let start = job.start_s.unwrap_or(at);
-                let user = self.user(job.user).to_owned();
+                let user = self.user(job.user);
                 // As the snapshot thread reads it: the class its AdminComment names, else the
                 // stand-in for its request; the limit, scaled for a job heshare limited for a
                 // slower type than it runs on.
@@ -427,6 +427,14 @@ impl Scheduler for Shipped<'_> {
         // (rebuilding it would only cost time); its pending jobs were re-decided on it already.
         if let (Some(s), true) = (self.snapshot.as_mut(), st.version == self.version) {
             s.aged_to(at);
+            return false;
+        }
+        // A snapshot nobody reads before the next period (no job waits to be re-decided on it,
+        // none is submitted until then) need not be built: the next one is built from the
+        // cluster as it will be then, as it would have been.
+        let revisits =
+            st.cfg.live.reroute_pending && !waiting.is_empty() && st.cfg.live.reroute_max_jobs > 0;
+        if !revisits && st.next_submit_s >= at + self.period_s {
             return false;
         }
         let snap = self.take_snapshot(st, at, waiting);
