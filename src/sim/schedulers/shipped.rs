@@ -24,7 +24,8 @@
 //!   its true class and no profile is used (what heshare did before profiles, in a world where
 //!   every user labels truly). `heshare-oracle`: every job carries its true class and the
 //!   profile heshare would learn from a perfect run of it alone on every type the cluster has
-//!   (`sim::oracle`): the same path told the truth of the world.
+//!   (`sim::oracle`), its user asking what the learning path's user asks (an explicit share
+//!   stays explicit): the same path and the same requests, told the truth of the world.
 //! * The node helper clocks a job by what the plugin told it: its label's class, its learned
 //!   class, or nothing (then the GPU stays at its default clock, as the helper keeps it).
 
@@ -264,8 +265,15 @@ impl<'w> Shipped<'w> {
             Knowledge::Labelled | Knowledge::Oracle(_) => Some(job.class),
             Knowledge::Learned => job.label,
         };
+        // Only a user who labels lets heshare size a share. The oracle's users ask what the
+        // learning path's users ask (its truth is what heshare knows, not what they request),
+        // so learned against oracle is what learning costs, not what a resizable request buys.
+        let sizes_share = match self.knowledge {
+            Knowledge::Labelled => true,
+            Knowledge::Learned | Knowledge::Oracle(_) => job.label.is_some(),
+        };
         let opts = Options {
-            gpu_share: (share && label.is_some()).then(|| "auto".to_owned()),
+            gpu_share: (share && sizes_share).then(|| "auto".to_owned()),
             gpu_class: label.map(|c| st.cfg.classes[c].name.clone()),
             energy_policy: None,
         };
