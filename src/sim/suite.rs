@@ -349,6 +349,10 @@ pub struct HeshareRow {
     pub energy_ratio: f64,
     pub mean_jct_ratio: f64,
     pub p99_jct_ratio: f64,
+    /// The ratios of each seed (the median above is theirs): the spread a change must leave
+    /// before it counts as one.
+    pub energy_ratio_per_seed: Vec<f64>,
+    pub mean_jct_ratio_per_seed: Vec<f64>,
 }
 
 /// One world's outcome.
@@ -386,6 +390,12 @@ fn ratio(r: &[experiment::Ratio], metric: &str) -> f64 {
         .map_or(f64::NAN, |x| x.median)
 }
 
+fn per_seed(r: &[experiment::Ratio], metric: &str) -> Vec<f64> {
+    r.iter()
+        .find(|x| x.metric == metric)
+        .map_or_else(Vec::new, |x| x.per_seed.clone())
+}
+
 /// Sums up one world's report.
 pub fn result_of(
     world: &World,
@@ -420,6 +430,8 @@ pub fn result_of(
             energy_ratio: ratio(ratios, "facility energy per job"),
             mean_jct_ratio: ratio(ratios, "mean JCT"),
             p99_jct_ratio: ratio(ratios, "p99 JCT"),
+            energy_ratio_per_seed: per_seed(ratios, "facility energy per job"),
+            mean_jct_ratio_per_seed: per_seed(ratios, "mean JCT"),
         });
     }
     let ordered = |f: fn(&HeshareRow) -> f64| {
