@@ -61,8 +61,10 @@ fn join_errors(errs: &[ConfigError]) -> String {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PolicyKnobs {
-    /// 0 = fastest completion, 1 = least energy.
-    pub energy_weight: f64,
+    /// No longer read: the clock and placement trade time for energy at
+    /// `time_value_kwh_per_gpu_hour`. Accepted so that an older heshare.toml loads.
+    #[serde(default)]
+    pub energy_weight: Option<f64>,
     /// A job may run at most this many times slower than alone on its GPU at the default clock.
     pub slowdown_bound: f64,
     /// MPS shares are multiples of this percentage.
@@ -121,12 +123,15 @@ pub struct PolicyKnobs {
     /// pair.
     #[serde(default = "default_contention_worst")]
     pub contention_worst: f64,
-    /// The energy weight placement uses while the GPUs a job may use stand idle beyond the
-    /// demand waiting for them (falling to `energy_weight` as that spare goes): an idle GPU
-    /// costs no one a wait, so the energy its choice saves is not paid for in queueing. Absent:
-    /// `energy_weight` always. The node helper's clock keeps `energy_weight`.
+    /// No longer read: placement's cost prices the delay an option imposes on waiting work
+    /// itself (`time_value_kwh_per_gpu_hour`). Accepted so that an older heshare.toml loads.
     #[serde(default)]
     pub spare_energy_weight: Option<f64>,
+    /// What an hour of a job's completion time is worth, in kWh at the facility's meter, per GPU
+    /// the job asks for (a share asks for one): placement ranks every option by its facility
+    /// energy plus its completion time (and the delay it imposes on waiting work) at this rate.
+    #[serde(default = "default_time_value_kwh_per_gpu_hour")]
+    pub time_value_kwh_per_gpu_hour: f64,
     /// Whether heshare may give a batch job's explicit `--gres=mps:P` on one GPU another share
     /// or a whole GPU (a first run's whole GPU or wider share, a profile's sized share, a whole
     /// GPU where the share would run out of time). Off, a user's request is kept as asked:
@@ -168,6 +173,14 @@ fn default_demand_margin() -> f64 {
 
 fn default_max_jobs_per_gpu() -> u8 {
     8
+}
+
+/// What a site pays to own a data-centre GPU for an hour over what it pays for a kWh: about
+/// $15,000 for a GPU and its part of the server, spread over five years, is $0.34 an hour;
+/// industrial electricity is about $0.11 a kWh. Three kWh per GPU-hour: a second of a job's
+/// time is worth about eight times what a busy GPU and its host part draw in that second.
+fn default_time_value_kwh_per_gpu_hour() -> f64 {
+    3.0
 }
 
 fn default_offer_margin() -> f64 {
@@ -714,21 +727,13 @@ fn validate(raw: RawConfig, errs: &mut Problems) -> Config {
     let p = &raw.policy;
     check(
         errs,
-        finite_in(p.energy_weight, 0.0, 1.0),
-        "policy.energy_weight",
+        finite_in(p.time_value_kwh_per_gpu_hour, 0.0, 1000.0),
+        "policy.time_value_kwh_per_gpu_hour",
         format!(
-            "{} is outside 0..=1 (0 = fastest, 1 = least energy)",
-            p.energy_weight
+            "{} is outside 0..=1000 (kWh an hour of a one-GPU job's time is worth)",
+            p.time_value_kwh_per_gpu_hour
         ),
     );
-    if let Some(w) = p.spare_energy_weight {
-        check(
-            errs,
-            finite_in(w, 0.0, 1.0),
-            "policy.spare_energy_weight",
-            format!("{w} is outside 0..=1 (0 = fastest, 1 = least energy)"),
-        );
-    }
     check(
         errs,
         finite_in(p.slowdown_bound, 1.0, 100.0),
@@ -1794,14 +1799,14 @@ memory_gib = 8
     #[test]
     fn all_range_errors_are_reported_together() {
         let bad = SMALL
-            .replace("energy_weight = 0.5", "energy_weight = 1.5")
+            .replace("energy_weight = 0.5", "time_value_kwh_per_gpu_hour = -1.5")
             .replace("power_util = 0.9", "power_util = -1");
         let errs = parse(&bad).expect_err("must fail");
         let fields: Vec<_> = errs.iter().map(|e| (e.field.as_str(), e.line)).collect();
         assert_eq!(
             fields,
             vec![
-                ("policy.energy_weight", Some(3)),
+                ("policy.time_value_kwh_per_gpu_hour", Some(3)),
                 ("class.train.power_util", Some(27))
             ]
         );
@@ -1877,16 +1882,23 @@ memory_gib = 8
     }
 
     #[test]
-    fn a_spare_energy_weight_out_of_range_is_refused_by_name() {
-        let bad = SMALL.replace(
-            "energy_weight = 0.5",
-            "energy_weight = 0.5\nspare_energy_weight = 1.2",
-        );
+    fn a_time_value_out_of_range_is_refused_by_name() {
+        let bad = SMALL.replace("energy_weight = 0.5", "time_value_kwh_per_gpu_hour = -1");
         let errs = parse(&bad).expect_err("must fail");
-        assert_eq!(errs[0].field, "policy.spare_energy_weight", "{}", errs[0]);
-        assert_eq!(errs[0].line, Some(4), "{}", errs[0]);
+        assert_eq!(
+            errs[0].field, "policy.time_value_kwh_per_gpu_hour",
+            "{}",
+            errs[0]
+        );
+        assert_eq!(errs[0].line, Some(3), "{}", errs[0]);
         let cfg = parse(SMALL).expect("valid");
-        assert_eq!(cfg.policy.spare_energy_weight, None);
+        assert!((cfg.policy.time_value_kwh_per_gpu_hour - 3.0).abs() < 1e-12);
+        // An older heshare.toml's weights still load; nothing reads them.
+        let old = SMALL.replace(
+            "energy_weight = 0.5",
+            "energy_weight = 0.5\nspare_energy_weight = 0.5",
+        );
+        assert!(parse(&old).is_ok());
     }
 
     #[test]

@@ -333,7 +333,10 @@ fn a_job_given_as_json_is_read_and_checked() {
 
 #[test]
 fn heshare_config_environment_variable_is_honoured() {
-    let (_dir, path) = shipped_config_with("energy_weight = 0.1", "energy_weight = 7");
+    let (_dir, path) = shipped_config_with(
+        "time_value_kwh_per_gpu_hour = 3.0",
+        "time_value_kwh_per_gpu_hour = -7",
+    );
     let o = Command::new(BIN)
         .args(["plan", "--class", "bert-train"])
         .env("HESHARE_CONFIG", &path)
@@ -341,7 +344,7 @@ fn heshare_config_environment_variable_is_honoured() {
         .expect("runs");
     assert_eq!(o.status.code(), Some(1));
     assert!(
-        stderr(&o).contains("policy.energy_weight: 7 is outside 0..=1"),
+        stderr(&o).contains("policy.time_value_kwh_per_gpu_hour: -7 is outside 0..=1000"),
         "{}",
         stderr(&o)
     );

@@ -78,8 +78,13 @@ impl Node {
         )
         .expect("shipped config")
         // The clock paths (lock, reset, refused reset) need a site whose optimizer lowers
-        // clocks: at the shipped weight 0.1 it keeps whole GPUs at their default clock.
-        .replacen("energy_weight = 0.1", "energy_weight = 0.5", 1);
+        // clocks: at the shipped time value (3 kWh per GPU-hour) it keeps whole GPUs at their
+        // default clock.
+        .replacen(
+            "time_value_kwh_per_gpu_hour = 3.0",
+            "time_value_kwh_per_gpu_hour = 0.3",
+            1,
+        );
         let d = dir.path().display();
         let mps = if mps {
             stand_in_mps(dir.path()).display().to_string()

@@ -108,7 +108,7 @@ proptest! {
             }
             let default_ok = plan.at_default_clock.jobs.iter().zip(&share_jobs).all(|(p, j)| p.slowdown <= j.bound + 1e-9);
             if default_ok {
-                let w = cfg.policy.energy_weight;
+                let w = params(&cfg).time_value_w;
                 let (st, idle) = heshare::policy::share::static_of(gpu, params(&cfg));
                 prop_assert!(clock_cost(&plan.prediction, w, st, idle) <= clock_cost(&plan.at_default_clock, w, st, idle) * (1.0 + 1e-12),
                     "optimized {} > default {}", clock_cost(&plan.prediction, w, st, idle), clock_cost(&plan.at_default_clock, w, st, idle));
@@ -119,18 +119,17 @@ proptest! {
     }
 
     #[test]
-    fn weight_one_picks_least_energy_and_weight_zero_the_fastest(class_idx in 0usize..64, share in prop_oneof![Just(ShareRequest::Auto), Just(ShareRequest::Exclusive)]) {
-        let base = cfg();
-        let class = base.classes[class_idx % base.classes.len()].name.clone();
-        for (weight, key) in [(1.0, 0usize), (0.0, 1usize)] {
-            let mut cfg = base.clone();
-            cfg.policy.energy_weight = weight;
-            let req = JobRequest { class: class.clone(), gpus: 1, share, user: "u".into(), gpu_types: vec![], energy_policy: None, time_limit_s: None, reference_share: None, demand_pct: None, learned: None };
+    fn energy_first_picks_least_energy_and_time_first_the_fastest(class_idx in 0usize..64, share in prop_oneof![Just(ShareRequest::Auto), Just(ShareRequest::Exclusive)], rate in 0.0f64..20.0) {
+        let mut cfg = cfg();
+        cfg.policy.time_value_kwh_per_gpu_hour = rate;
+        let class = cfg.classes[class_idx % cfg.classes.len()].name.clone();
+        for (weight, key) in [(EnergyPolicy::Energy, 0usize), (EnergyPolicy::Performance, 1usize)] {
+            let req = JobRequest { class: class.clone(), gpus: 1, share, user: "u".into(), gpu_types: vec![], energy_policy: Some(weight), time_limit_s: None, reference_share: None, demand_pct: None, learned: None };
             let plan = place(&cfg, &ClusterView::idle_types(&cfg), &req).expect("an idle catalog fits every bundled class");
             let value = |c: &heshare::policy::Candidate| if key == 0 { c.predicted_energy_j } else { c.predicted_runtime_s };
             let best = plan.candidates.iter().map(value).fold(f64::INFINITY, f64::min);
             let chosen = if key == 0 { plan.decision.predicted_energy_j } else { plan.decision.predicted_runtime_s };
-            prop_assert!(chosen <= best * (1.0 + 1e-12), "weight {}: chose {} but {} exists", weight, chosen, best);
+            prop_assert!(chosen <= best * (1.0 + 1e-12), "{:?}: chose {} but {} exists", weight, chosen, best);
         }
     }
 

@@ -50,7 +50,11 @@ fn two_mps_jobs_share_a_gpu_and_one_runs_exclusive_and_every_joule_is_accounted(
     .expect("shipped config");
     std::fs::write(
         &cfg,
-        shipped.replacen("energy_weight = 0.1", "energy_weight = 0.5", 1),
+        shipped.replacen(
+            "time_value_kwh_per_gpu_hour = 3.0",
+            "time_value_kwh_per_gpu_hour = 0.3",
+            1,
+        ),
     )
     .expect("write config");
     let c = Cluster::start(

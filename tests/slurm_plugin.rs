@@ -30,12 +30,16 @@ fn the_plugin_places_shares_and_whole_gpus_and_rejects_bad_input() {
     // only (several types offered at once are tested live in tests/slurm_live.rs).
     let cfg_dir = tempfile::tempdir().expect("tempdir");
     let cfg_path = cfg_dir.path().join("heshare.toml");
-    // Weight 0.5: a site that weighs energy more than the shipped 0.1, so that a lowered clock
-    // travels from the decision to the Prolog.
+    // A site that values a job's time at 0.3 kWh per GPU-hour, less than the shipped 3, so that
+    // a lowered clock travels from the decision to the Prolog.
     let shipped = || {
         shipped()
             .replacen("offer_margin = 35", "offer_margin = 0", 1)
-            .replacen("energy_weight = 0.1", "energy_weight = 0.5", 1)
+            .replacen(
+                "time_value_kwh_per_gpu_hour = 3.0",
+                "time_value_kwh_per_gpu_hour = 0.3",
+                1,
+            )
     };
     std::fs::write(&cfg_path, shipped()).expect("write");
     let c = Cluster::start(
@@ -124,7 +128,7 @@ fn the_plugin_places_shares_and_whole_gpus_and_rejects_bad_input() {
         "{s}"
     );
     assert!(
-        s.contains("AdminComment=heshare: type=a100 share=exclusive clock=975 class=bert-train"),
+        s.contains("AdminComment=heshare: type=a100 share=exclusive clock=1095 class=bert-train"),
         "{s}"
     );
     // A class alone is no queue jump.
@@ -317,9 +321,10 @@ fn the_plugin_places_shares_and_whole_gpus_and_rejects_bad_input() {
         "no note of the left request in slurmctld's log"
     );
 
-    // Asking for performance spends more energy than the default: the job moves back, in
-    // Slurm's site factor (AdminComment records heshare's; tests/slurm_priority.rs reads it in
-    // sprio), and the user's nice is left alone.
+    // Asking for performance costs the site more than the default (here the default clock, not
+    // the one the site's rate sets): the job moves back, in Slurm's site factor (AdminComment
+    // records heshare's; tests/slurm_priority.rs reads it in sprio), and the user's nice is left
+    // alone.
     let fast = c.sbatch(&[
         "--gres=gpu:1",
         "--gpu-class=bert-train",
@@ -334,15 +339,15 @@ fn the_plugin_places_shares_and_whole_gpus_and_rejects_bad_input() {
             .unwrap_or_else(|_| panic!("no site= in AdminComment: {s}"))
     };
     let site_full = site(&s);
-    assert!(site_full < -10, "{s}");
+    assert!(site_full < 0, "{s}");
     assert_eq!(field(&s, "Nice="), "0", "{s}");
 
-    // An edit to heshare.toml takes effect at the next submission (here: a smaller range),
-    // and a broken edit is logged while the previous configuration stays in force.
+    // An edit to heshare.toml takes effect at the next submission (here: a range ten times as
+    // large), and a broken edit is logged while the previous configuration stays in force.
     std::thread::sleep(std::time::Duration::from_millis(1100));
     std::fs::write(
         &cfg_path,
-        shipped().replacen("priority_range = 100", "priority_range = 10", 1),
+        shipped().replacen("priority_range = 100", "priority_range = 1000", 1),
     )
     .expect("write");
     let perf = [
@@ -354,10 +359,10 @@ fn the_plugin_places_shares_and_whole_gpus_and_rejects_bad_input() {
     ];
     let again = c.sbatch(&perf);
     let s = c.wait_done(&again);
-    let site_small = site(&s);
+    let site_large = site(&s);
     assert!(
-        (-10..=-1).contains(&site_small) && site_small > site_full,
-        "site factor {site_small} after the edit, {site_full} before: {s}"
+        (-1000..=-1).contains(&site_large) && site_large < site_full,
+        "site factor {site_large} after the edit, {site_full} before: {s}"
     );
     std::thread::sleep(std::time::Duration::from_millis(1100));
     std::fs::write(
@@ -369,7 +374,7 @@ fn the_plugin_places_shares_and_whole_gpus_and_rejects_bad_input() {
     let s = c.wait_done(&kept);
     assert_eq!(
         site(&s),
-        site_small,
+        site_large,
         "the last good configuration stays: {s}"
     );
     assert!(

@@ -60,8 +60,9 @@ fn the_site_factor_shows_in_sprio_survives_the_users_nice_and_follows_the_cluste
         "{} was not built: run `cargo build --release` first (bash .ci/run does)",
         plugin.display()
     );
-    // A site weighing energy at 0.5: a share asked with --energy-policy=performance then goes
-    // to a faster type than the same share would without the option.
+    // A site valuing a job's time at 0.01 kWh per GPU-hour: a share asked with
+    // --energy-policy=performance then goes to a faster type than the same share would without
+    // the option.
     let cfg_dir = tempfile::tempdir().expect("tempdir");
     let cfg = cfg_dir.path().join("heshare.toml");
     let shipped = std::fs::read_to_string(concat!(
@@ -71,7 +72,11 @@ fn the_site_factor_shows_in_sprio_survives_the_users_nice_and_follows_the_cluste
     .expect("shipped config");
     std::fs::write(
         &cfg,
-        shipped.replacen("energy_weight = 0.1", "energy_weight = 0.5", 1),
+        shipped.replacen(
+            "time_value_kwh_per_gpu_hour = 3.0",
+            "time_value_kwh_per_gpu_hour = 0.01",
+            1,
+        ),
     )
     .expect("write config");
     let c = Cluster::start(
@@ -135,6 +140,7 @@ fn the_site_factor_shows_in_sprio_survives_the_users_nice_and_follows_the_cluste
     // The half GPU asked would run on a v100 without the option; on an a100 it costs more: the
     // job moves back by what the option costs, in the site factor, beside the user's own nice.
     let at_submit = recorded(&c, &job);
+    eprintln!("site factor at submission: {at_submit}");
     assert!(at_submit < 0, "{show}");
     assert_eq!(sprio(&c, &job), (at_submit, 50), "{show}");
 

@@ -102,9 +102,13 @@ struct PlanArgs {
     /// Allowed GPU types, comma separated (catalog names or aliases).
     #[arg(long, value_delimiter = ',')]
     gpu_types: Vec<String>,
-    /// performance (weight 0), balanced (the config's weight) or energy (weight 1).
+    /// performance (time first), balanced (the site's time value) or energy (energy first).
     #[arg(long, value_enum)]
     energy_policy: Option<EnergyPolicyArg>,
+    /// Print each option's cost in its terms: facility energy (J), completion time (s), the
+    /// delay it imposes on waiting work (s), and the cost at the job's exchange rate (J).
+    #[arg(long)]
+    explain: bool,
     /// The job as JSON instead of flags ("-" for standard input).
     #[arg(long, value_name = "FILE")]
     job: Option<PathBuf>,
@@ -379,9 +383,53 @@ fn plan(out: &mut impl Write, args: &PlanArgs) -> Result<()> {
         Format::Json => {
             writeln!(out, "{}", serde_json::to_string_pretty(&plan)?)?;
         }
+        Format::Table if args.explain => print_costs(out, &plan, &label)?,
         Format::Table => print_plan(out, &plan, &label)?,
     }
     Ok(())
+}
+
+/// `plan --explain`: every option's cost (`policy::cost`) in its terms, best first.
+fn print_costs(out: &mut impl Write, plan: &Plan, label: &str) -> std::io::Result<()> {
+    use crate::policy::cost;
+    writeln!(out, "config: {label}")?;
+    let rate = plan.decision.time_value_w.map_or_else(
+        || "the job's --energy-policy ranks by one term first".to_owned(),
+        |r| format!("{r:.0} J per second of time"),
+    );
+    writeln!(
+        out,
+        "cost = facility energy + {rate} x (completion time + delay imposed on waiting work)"
+    )?;
+    writeln!(
+        out,
+        "{:>4}  {:<10} {:>10} {:>9} {:>12} {:>10} {:>10} {:>10} {:>12}",
+        "rank", "gpu_type", "share", "clock", "energy J", "wait s", "time s", "delay s", "cost J"
+    )?;
+    for (i, c) in plan.candidates.iter().enumerate() {
+        let share = if c.exclusive {
+            format!("{}x whole", c.gpus)
+        } else {
+            format!("{}%", c.share_pct)
+        };
+        writeln!(
+            out,
+            "{:>4}  {:<10} {:>10} {:>5} MHz {:>12.0} {:>10.0} {:>10.0} {:>10.0} {:>12.0}",
+            i + 1,
+            c.gpu_type,
+            share,
+            c.sm_clock_mhz,
+            cost::energy_j(c),
+            c.wait_s,
+            cost::time_s(c),
+            c.imposed_delay_s,
+            c.cost_j
+        )?;
+    }
+    let d = &plan.decision;
+    writeln!(out)?;
+    writeln!(out, "offered: {}", d.offered.join(", "))?;
+    writeln!(out, "reason:  {}", d.reason)
 }
 
 fn print_plan(out: &mut impl Write, plan: &Plan, label: &str) -> std::io::Result<()> {

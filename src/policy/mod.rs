@@ -1,7 +1,8 @@
-//! The heshare policy: placement of one job on the cluster, the sharing optimizer for the jobs on
+//! The heshare policy: the one cost options are ranked by (`cost`), placement of one job on the cluster, the sharing optimizer for the jobs on
 //! one GPU, and the priority adjustment. Pure and deterministic: no I/O, no clock, no globals, so
 //! the Slurm plugin, the node helper and the simulator call the same functions.
 
+pub mod cost;
 pub mod groups;
 pub mod placement;
 pub mod priority;

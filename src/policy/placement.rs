@@ -6,14 +6,15 @@
 //! 2. **evaluate** the GPUs that can, grouped (GPUs of one type with the same occupants give the
 //!    same prediction, so an idle 6,000-GPU cluster costs one evaluation per type), and, when
 //!    the view carries queues, a type that is full now at the wait it implies (`queue`);
-//! 3. **score** every candidate by each term (`score`: energy, completion time), normalised to
-//!    0..=100, mixed by the configured weight, ranked with a deterministic tie-break;
+//! 3. **rank** every candidate by its one cost (`cost`: facility energy plus completion time
+//!    and the delay it imposes at the job's exchange rate), with a deterministic tie-break;
 //! 4. **decide**: the best candidate, the other types close enough to offer Slurm too, and the
 //!    priority adjustment (`priority`).
 
+use super::cost::{self, Exchange, energy_j as energy_cost, time_s as time_cost};
 use super::priority;
 use super::queue::TypeQueue;
-use super::score::{self, energy_cost, time_cost};
+use super::score;
 use super::share::{ShareError, ShareJob, ShareParams, SharePlan, ShareSpec, optimize};
 use crate::config::Config;
 use crate::model::{
@@ -41,11 +42,11 @@ pub enum ShareRequest {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum EnergyPolicy {
-    /// Weight 0: fastest completion.
+    /// Fastest completion first; energy only between equal times.
     Performance,
-    /// The cluster's configured weight.
+    /// The site's exchange rate of time for energy (`time_value_kwh_per_gpu_hour`).
     Balanced,
-    /// Weight 1: least energy.
+    /// Least energy first; time only between equal energies.
     Energy,
 }
 
@@ -217,6 +218,15 @@ pub struct Candidate {
     /// on in `predicted_energy_j`).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub wakes_node: bool,
+    /// No GPU of the type can take the job now: it waits for one to free (`wait_s`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub queued: bool,
+    /// Seconds of waiting work the option pushes back (`policy::cost::imposed_delay_s`).
+    pub imposed_delay_s: f64,
+    /// The option's cost (`policy::cost`): facility energy plus completion time and the delay
+    /// it imposes on waiting work at the job's exchange rate, in joules.
+    pub cost_j: f64,
+    /// The cost as a score: the best option's cost over this one's, times 100.
     pub score: f64,
 }
 
@@ -239,7 +249,12 @@ pub struct Decision {
     /// ±priority_range.
     pub site_factor: i32,
     pub class: String,
-    pub energy_weight: f64,
+    /// Joules a second of the job's time was worth in its cost (`policy::cost`); `None` where
+    /// its `--energy-policy` ranked by time or by energy first.
+    pub time_value_w: Option<f64>,
+    /// The chosen option's cost at the site's own rate (`policy::cost`), in joules: what the
+    /// site factor compares.
+    pub site_cost_j: f64,
     /// The slowdown bound the decision kept; the node helper keeps it when it re-optimises the
     /// GPU's clock as jobs come and go.
     pub slowdown_bound: f64,
@@ -404,17 +419,15 @@ pub fn place_slots(
     // The priority adjustment compares with the same job without heshare options, on the same
     // view; a job that set none is its own yardstick (adjustment 0, no second placement).
     let reference = req.reference();
-    let reference_energy = if reference == *req || ctx.no_priority {
-        plan.decision.predicted_energy_j
+    let reference_cost = if reference == *req || ctx.no_priority {
+        plan.decision.site_cost_j
     } else {
         let quiet = std::mem::replace(&mut ctx.quiet, true);
         let r = Job::new(cfg, &reference).and_then(|j| plan_for(cfg, &j, view, queues, ctx));
         ctx.quiet = quiet;
-        r.map_or(plan.decision.predicted_energy_j, |p| {
-            p.decision.predicted_energy_j
-        })
+        r.map_or(plan.decision.site_cost_j, |p| p.decision.site_cost_j)
     };
-    let factor = priority::site_factor(cfg, plan.decision.predicted_energy_j, reference_energy);
+    let factor = priority::site_factor(cfg, plan.decision.site_cost_j, reference_cost);
     // A request with the user's need (`--gres=mps:P --gpu-share=auto`, or such a job re-priced
     // with the share heshare sized for it) is a share heshare sized; so is a share its profile
     // sized (the user chose nothing: heshare's margin for what its runs measured is no cost of
@@ -433,7 +446,8 @@ struct Job<'a> {
     req: &'a JobRequest,
     class: &'a JobClass,
     allowed: Vec<bool>,
-    weight: f64,
+    /// How the job's options trade time against energy (`policy::cost`).
+    exchange: Exchange,
     bound: f64,
     params: ShareParams,
     /// The job's time limit, when given.
@@ -588,10 +602,12 @@ impl<'a> Job<'a> {
             return Err(PlacementError::ShareWithManyGpus(req.gpus));
         }
         let allowed = allowed_types(cfg, &req.gpu_types)?;
-        let weight = match req.energy_policy {
-            Some(EnergyPolicy::Performance) => 0.0,
-            Some(EnergyPolicy::Energy) => 1.0,
-            Some(EnergyPolicy::Balanced) | None => cfg.policy.energy_weight,
+        let exchange = match req.energy_policy {
+            Some(EnergyPolicy::Performance) => Exchange::TimeOnly,
+            Some(EnergyPolicy::Energy) => Exchange::EnergyOnly,
+            Some(EnergyPolicy::Balanced) | None => {
+                Exchange::site(cfg.policy.time_value_kwh_per_gpu_hour, req.gpus)
+            }
         };
         // Asking for performance means no slowdown at all: no clock below what the job needs to
         // run as fast as alone at the default clock, and no co-location that slows it.
@@ -605,9 +621,9 @@ impl<'a> Job<'a> {
             req,
             class,
             allowed,
-            weight,
+            exchange,
             bound,
-            // The node helper sets the GPU's clock with the cluster's weight, whatever a job's
+            // The node helper sets the GPU's clock at the site's exchange rate, whatever a job's
             // own policy: predict the clock it will set.
             params: ShareParams::of(cfg),
             limit_s,
@@ -683,10 +699,6 @@ fn plan_for(
     queues: &[TypeQueue],
     ctx: &mut PlaceContext,
 ) -> Result<Plan, PlacementError> {
-    let job = &Job {
-        weight: placement_weight(cfg, job, queues),
-        ..job.clone()
-    };
     let mut rejections = Rejections::default();
     let groups = filter_stage(cfg, job, view, &mut rejections);
     let type_level = view.iter().all(|g| g.node.is_empty());
@@ -726,7 +738,7 @@ fn plan_for(
             *type_idx,
             jobs,
             place,
-            (0.0, *power, node_gpus),
+            (None, *power, node_gpus),
             ctx,
             &mut rejections,
             &mut raw,
@@ -749,7 +761,7 @@ fn plan_for(
                 t,
                 &[],
                 (None, vec![]),
-                (wait, SlotPower::Up, 1),
+                (Some(wait), SlotPower::Up, 1),
                 ctx,
                 &mut rejections,
                 &mut raw,
@@ -766,52 +778,34 @@ fn plan_for(
         return Err(rejections.into_error());
     }
 
-    // Stage 3: score and rank.
-    score::score(&mut raw, &score::terms(job.weight));
+    // Stage 3: one cost for every option, ranked.
+    for c in &mut raw {
+        let q = cfg.gpu_type(&c.gpu_type).and_then(|t| queues.get(t));
+        c.imposed_delay_s = cost::imposed_delay_s(c, q);
+        c.cost_j = cost::cost_j(c, q, job.exchange);
+    }
+    score::score(&mut raw);
     score::rank(&mut raw);
 
     // Stage 4: decide.
     let mut decision = decide(cfg, &raw, job, ctx.quiet);
     decision.limit_type = sizing.slowest.map(|t| cfg.gpu_types[t].name.clone());
+    // What the choice costs the site, at its own rate, whatever the job's --energy-policy: the
+    // yardstick of the site factor.
+    let site = Exchange::site(cfg.policy.time_value_kwh_per_gpu_hour, job.req.gpus);
+    let best = &raw[0];
+    decision.site_cost_j = cost::cost_j(
+        best,
+        cfg.gpu_type(&best.gpu_type).and_then(|t| queues.get(t)),
+        site,
+    );
     Ok(Plan {
         decision,
         candidates: raw,
     })
 }
 
-/// At or above this fraction of a job's usable GPUs idle beyond the demand waiting for them,
-/// placement weighs energy at `spare_energy_weight`; below it the weight slides linearly down to
-/// `energy_weight`, reached when nothing is spare. A fifth: a few idle GPUs of a busy cluster
-/// are gone by the time the job would start, and a backlog soon follows.
-const FULLY_SPARE: f64 = 0.2;
-
-/// The energy weight of the score for this job on this view: the cluster's `energy_weight`, or
-/// more (`spare_energy_weight`) while the types the job may use have GPUs to spare. There the
-/// time a frugal choice costs is its runtime alone, and what it saves (a host that can sleep, a
-/// node not woken, a GPU's idle draw) the meter sees. A job that asked for performance or for
-/// energy keeps its own weight; without queues (no live view) nothing is known to be spare.
-fn placement_weight(cfg: &Config, job: &Job<'_>, queues: &[TypeQueue]) -> f64 {
-    let Some(spare_w) = cfg.policy.spare_energy_weight else {
-        return job.weight;
-    };
-    if !matches!(job.req.energy_policy, None | Some(EnergyPolicy::Balanced)) || queues.is_empty() {
-        return job.weight;
-    }
-    let (mut spare, mut total) = (0.0, 0.0);
-    for (t, q) in queues.iter().enumerate().take(cfg.gpu_types.len()) {
-        if job.allowed[t] {
-            spare += q.spare_gpus().max(0.0);
-            total += f64::from(q.total_gpus);
-        }
-    }
-    if total <= 0.0 {
-        return job.weight;
-    }
-    let f = (spare / total / FULLY_SPARE).clamp(0.0, 1.0);
-    job.weight + (spare_w - job.weight) * f
-}
-
-/// Stage 2 for one group of identical GPUs (or a full type, `jobs` empty and `wait_s` its
+/// Stage 2 for one group of identical GPUs (or a full type, `jobs` empty and `queued_s` its
 /// expected wait): every way the job may use such a GPU, planned by the sharing optimizer.
 #[allow(clippy::too_many_arguments)]
 fn evaluate(
@@ -821,7 +815,7 @@ fn evaluate(
     type_idx: usize,
     jobs: &[&PlacedJob],
     (node, indices): (Option<String>, Vec<u32>),
-    (wait_s, power, node_gpus): (f64, SlotPower, u32),
+    (queued_s, power, node_gpus): (Option<f64>, SlotPower, u32),
     ctx: &mut PlaceContext,
     rejections: &mut Rejections,
     out: &mut Vec<Candidate>,
@@ -884,7 +878,7 @@ fn evaluate(
                 * (cfg.power.resume_s + cfg.power.suspend_time_s.unwrap_or(0.0)),
         ),
     };
-    let wait_s = wait_s + boot_s;
+    let wait_s = queued_s.unwrap_or(0.0) + boot_s;
     let occupied = !jobs.is_empty();
     let mut users = UserIds::default();
     let new_user = users.id(&job.req.user);
@@ -1068,6 +1062,9 @@ fn evaluate(
             co_located_time_penalty_s: penalty_t * s,
             wait_s,
             wakes_node: power == SlotPower::Down,
+            queued: queued_s.is_some(),
+            imposed_delay_s: 0.0,
+            cost_j: 0.0,
             score: 0.0,
         });
     }
@@ -1106,7 +1103,11 @@ fn decide(cfg: &Config, cands: &[Candidate], job: &Job<'_>, quiet: bool) -> Deci
         score: best.score,
         site_factor: 0,
         class: job.class.name.clone(),
-        energy_weight: job.weight,
+        time_value_w: match job.exchange {
+            Exchange::Rate(r) => Some(r),
+            Exchange::TimeOnly | Exchange::EnergyOnly => None,
+        },
+        site_cost_j: best.cost_j,
         slowdown_bound: job.bound,
         offered: offered.iter().map(|c| c.gpu_type.clone()).collect(),
         offered_share_pct,
@@ -1322,9 +1323,16 @@ fn explain(cands: &[Candidate], offered: &[&Candidate], job: &Job<'_>) -> String
             relative(time_cost(best), time_cost(alt))
         ));
     }
+    let rate = match job.exchange {
+        Exchange::Rate(r) => format!(
+            "cost {} at {r:.0} J per second of time",
+            Joules(best.cost_j)
+        ),
+        Exchange::TimeOnly => "time first".to_owned(),
+        Exchange::EnergyOnly => "energy first".to_owned(),
+    };
     reason.push_str(&format!(
-        "; weight {:.2}, {} candidates, {} class",
-        job.weight,
+        "; {rate}, {} candidates, {} class",
         cands.len(),
         match job.class.kind {
             JobKind::Training => "training",
@@ -1474,77 +1482,84 @@ mod tests {
         plan.candidates.iter().find(|c| c.gpu_type == t)
     }
 
-    /// `spare_energy_weight`: placement weighs energy at it while the job's types have GPUs
-    /// idle beyond the demand waiting, and at `energy_weight` once that spare is gone; a job
-    /// that asked for performance keeps its own weight, and a view without queues knows nothing
-    /// spare.
+    /// One cost per option, not ratios to the best: whether a job goes to one type or another
+    /// cannot depend on a third type being in the view (with the old ratio score, adding a
+    /// candidate moved the best energy or time every other candidate was scored against).
     #[test]
-    fn energy_weighs_more_while_gpus_are_spare() {
-        let mut cfg = cfg();
-        cfg.policy.energy_weight = 0.0;
-        cfg.policy.spare_energy_weight = Some(1.0);
-        let types = [
-            ("t4", SlotPower::Up),
-            ("v100m16", SlotPower::Up),
-            ("a100", SlotPower::Up),
-        ];
+    fn a_third_type_never_reorders_two_others() {
+        let cfg = cfg();
+        let two = view(&cfg, &[("t4", SlotPower::Up), ("a100", SlotPower::Up)]);
+        let three = view(
+            &cfg,
+            &[
+                ("t4", SlotPower::Up),
+                ("a100", SlotPower::Up),
+                ("v100m16", SlotPower::Up),
+            ],
+        );
+        let mut compared = 0;
+        for class in &cfg.classes {
+            for share in [ShareRequest::Exclusive, ShareRequest::Auto] {
+                let req = JobRequest {
+                    share,
+                    ..JobRequest::new(&class.name)
+                };
+                let (Ok(a), Ok(b)) = (place(&cfg, &two, &req), place(&cfg, &three, &req)) else {
+                    continue;
+                };
+                let d = &b.decision;
+                if d.gpu_type != "v100m16" {
+                    compared += 1;
+                    assert_eq!(
+                        (&a.decision.gpu_type, a.decision.share_pct),
+                        (&d.gpu_type, d.share_pct),
+                        "{}: {d:?}",
+                        class.name
+                    );
+                }
+            }
+        }
+        assert!(
+            compared >= cfg.classes.len(),
+            "only {compared} decisions compared"
+        );
+    }
+
+    /// Waiting work a job's idle GPUs would have gone to is pushed back by its run: the cost
+    /// counts that delay, so the same job on the same type costs more once demand waits for it.
+    #[test]
+    fn taking_gpus_waiting_work_needs_costs_its_delay() {
+        let cfg = cfg();
         let req = JobRequest {
             share: ShareRequest::Exclusive,
+            gpu_types: vec!["a100".into()],
             ..JobRequest::new("bert-train")
         };
-        let with_queues = |pending: f64| {
-            let mut v = view(&cfg, &types);
+        let with_pending = |pending: f64| {
+            let mut v = view(&cfg, &[("a100", SlotPower::Up)]);
             v.queues = vec![
                 TypeQueue {
                     total_gpus: 10,
-                    idle_gpus: 4,
+                    idle_gpus: 1,
                     max_gpus_per_node: 8,
-                    frees_in_s: vec![3600.0; 6],
+                    frees_in_s: vec![3600.0; 9],
                     pending_gpus: pending,
                     mean_hold_s: 3600.0,
                 };
                 cfg.gpu_types.len()
             ];
-            v
+            place(&cfg, &v, &req).expect("placed")
         };
-        // What the job gets: type, GPUs, share and clock.
-        let got = |d: &Decision| (d.gpu_type.clone(), d.gpus, d.share_pct, d.sm_clock_mhz);
-        // The same as a job asking for that weight itself (energy: 1, performance: 0), whose
-        // clock is also the cluster's.
-        let asking = |p: EnergyPolicy, v: &ClusterView| {
-            let r = JobRequest {
-                energy_policy: Some(p),
-                ..req.clone()
-            };
-            place(&cfg, v, &r).expect("placed").decision
-        };
-        // 4 of 10 idle, nothing pending: spare beyond a fifth, the whole spare weight.
-        let spare = with_queues(0.0);
-        let d = place(&cfg, &spare, &req).expect("placed").decision;
-        assert!((d.energy_weight - 1.0).abs() < 1e-12, "{d:?}");
-        assert_eq!(got(&d), got(&asking(EnergyPolicy::Energy, &spare)));
-        // The two weights choose differently here, so the spare one is not a no-op.
-        assert_ne!(
-            got(&d),
-            got(&asking(EnergyPolicy::Performance, &spare)),
-            "{d:?}"
+        let free = with_pending(0.0);
+        let wanted = with_pending(3.0);
+        let (a, b) = (&free.candidates[0], &wanted.candidates[0]);
+        assert_eq!((a.exclusive, &a.gpu_type), (b.exclusive, &b.gpu_type));
+        let rate = cost::Exchange::site(cfg.policy.time_value_kwh_per_gpu_hour, 1).joules_per_s();
+        let delay = b.cost_j - a.cost_j;
+        assert!(
+            (delay - rate * b.predicted_runtime_s).abs() < 1e-6 * b.cost_j,
+            "{a:?} {b:?}"
         );
-        // 3 pending: 1 of 10 spare, halfway.
-        let v = with_queues(3.0);
-        let d = place(&cfg, &v, &req).expect("placed").decision;
-        assert!((d.energy_weight - 0.5).abs() < 1e-9, "{d:?}");
-        // As much pending as idle: the cluster's weight.
-        let v = with_queues(4.0);
-        let d = place(&cfg, &v, &req).expect("placed").decision;
-        assert!(d.energy_weight.abs() < 1e-12, "{d:?}");
-        assert_eq!(got(&d), got(&asking(EnergyPolicy::Performance, &v)));
-        // A job asking for performance, and a view without queues, keep their own weight.
-        let d = asking(EnergyPolicy::Performance, &spare);
-        assert!(d.energy_weight.abs() < 1e-12, "{d:?}");
-        let d = place(&cfg, &view(&cfg, &types), &req)
-            .expect("placed")
-            .decision;
-        assert!(d.energy_weight.abs() < 1e-12, "{d:?}");
     }
 
     /// Issue 16: the time limit is taken as the job's runtime on the slowest type its request
@@ -1553,7 +1568,7 @@ mod tests {
     fn no_candidate_runs_past_the_time_limit() {
         // A balanced weight, at which the node helper would clock a lone bert job down.
         let mut cfg = cfg();
-        cfg.policy.energy_weight = 0.5;
+        cfg.policy.time_value_kwh_per_gpu_hour = 0.3;
         let v = view(
             &cfg,
             &[

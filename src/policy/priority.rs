@@ -1,14 +1,14 @@
-//! The priority adjustment: what a job's own heshare options cost the cluster in energy, as a
-//! Slurm site factor.
+//! The priority adjustment: what a job's own heshare options cost the site, as a Slurm site
+//! factor, priced by placement's one cost (`policy::cost`) at the site's own rate.
 //!
 //! The yardstick is the same job placed by heshare as its user's GRES asked (whole GPUs, or the
-//! MPS share given) with the cluster's energy weight, on the same view. A job that sets no
-//! option gets 0: naming a class is not a way to jump the queue. Options that spend more energy
-//! than the yardstick (`--energy-policy=performance`, `--gpu-share=exclusive` where the GRES
-//! asked a share) move the job back by up to `priority_range`; options that spend less
-//! (`--gpu-share=auto` letting heshare size a share of a whole-GPU request,
-//! `--energy-policy=energy`) move it forward by what they save. Over a workload where most jobs
-//! keep the defaults the average adjustment is close to zero.
+//! MPS share given) at the site's rate, on the same view. A job that sets no option gets 0:
+//! naming a class is not a way to jump the queue. Options whose choice costs the site more than
+//! the yardstick (`--energy-policy=performance` or `energy`, which rank by one term alone,
+//! `--gpu-share=exclusive` where the GRES asked a share) move the job back by up to
+//! `priority_range`; options that give heshare more to choose from (`--gpu-share=auto` letting
+//! it size a share of a whole-GPU request) move it forward by what they save. Over a workload
+//! where most jobs keep the defaults the average adjustment is close to zero.
 //!
 //! The plugin writes it into Slurm's site factor (`job_desc->site_factor`), which
 //! `priority/multifactor` adds to the job's priority and which only operators may change: a
@@ -17,14 +17,15 @@
 
 use crate::config::Config;
 
-/// `priority_range * (1 - chosen / reference)`, rounded, within ±priority_range: positive moves
-/// the job forward (it saves energy against the yardstick), negative moves it back.
-pub fn site_factor(cfg: &Config, chosen_energy_j: f64, reference_energy_j: f64) -> i32 {
-    if !(reference_energy_j > 0.0 && chosen_energy_j.is_finite() && chosen_energy_j >= 0.0) {
+/// `priority_range * (1 - chosen / reference)`, rounded, within ±priority_range, of the two
+/// choices' costs at the site's rate: positive moves the job forward (its choice costs the site
+/// less than the yardstick), negative moves it back.
+pub fn site_factor(cfg: &Config, chosen_cost_j: f64, reference_cost_j: f64) -> i32 {
+    if !(reference_cost_j > 0.0 && chosen_cost_j.is_finite() && chosen_cost_j >= 0.0) {
         return 0;
     }
     let range = f64::from(cfg.policy.priority_range);
-    let factor = (range * (1.0 - chosen_energy_j / reference_energy_j))
+    let factor = (range * (1.0 - chosen_cost_j / reference_cost_j))
         .round()
         .clamp(-range, range);
     // Bounded by ±priority_range <= 1_000_000 (validated), so the cast is exact.
@@ -56,7 +57,7 @@ mod tests {
     fn defaults_cost_nothing_and_waste_moves_a_job_back() {
         // The yardstick works at any weight; at a balanced one performance costs visibly more.
         let mut cfg = cfg();
-        cfg.policy.energy_weight = 0.5;
+        cfg.policy.time_value_kwh_per_gpu_hour = 0.3;
         let view = ClusterView::idle_types(&cfg);
         for c in &cfg.classes {
             let plan = place(&cfg, &view, &JobRequest::new(&c.name)).expect("placed");

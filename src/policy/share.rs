@@ -71,8 +71,9 @@ pub enum ShareError {
 pub struct ShareParams {
     pub model: ModelParams,
     pub share_step_pct: u8,
-    /// The cluster's energy weight (policy.energy_weight): how the clock trades time for energy.
-    pub energy_weight: f64,
+    /// What a second of each job's time on the GPU is worth, in joules (the site's
+    /// `time_value_kwh_per_gpu_hour`, `policy::cost`): how the clock trades time for energy.
+    pub time_value_w: f64,
     /// Whether the GPU's idle power and the host it keeps on are part of what a decision costs:
     /// where Slurm's power saving powers idle nodes down (`[power] suspend_time_s`), holding a
     /// GPU longer keeps them on; where every node is always on, they are spent anyway and only
@@ -86,27 +87,27 @@ impl ShareParams {
         ShareParams {
             model: ModelParams::of(cfg),
             share_step_pct: cfg.policy.mps_share_step_pct,
-            energy_weight: cfg.policy.energy_weight,
+            time_value_w: super::cost::Exchange::site(cfg.policy.time_value_kwh_per_gpu_hour, 1)
+                .joules_per_s(),
             static_power: cfg.power.suspend_time_s.is_some(),
         }
     }
 }
 
-/// The clock's cost for `p`: energy per unit of progress to the power `w`, times the jobs' mean
-/// slowdown to the power `1 - w`. The energy is what the facility pays while the GPU works: its
-/// own power and `host_w`, the host power the GPU keeps on (a slower clock keeps it on longer,
-/// which is why the best clock moves up as host power grows: race to idle).
-pub fn clock_cost(p: &GpuPrediction, energy_weight: f64, static_w: f64, idle_w: f64) -> f64 {
-    let w = energy_weight.clamp(0.0, 1.0);
-    #[allow(clippy::cast_precision_loss)]
-    let slowdown = p.jobs.iter().map(|j| j.slowdown).sum::<f64>() / p.jobs.len().max(1) as f64;
+/// The clock's cost for `p`, placement's one cost (`policy::cost`) per unit of the jobs' work:
+/// each second at this clock the facility pays the GPU's power and `static_w` (the idle power
+/// and host part the GPU keeps on, where power saving would turn them off; a slower clock keeps
+/// them on longer, which is why the best clock moves up as host power grows: race to idle), and
+/// each of the GPU's jobs spends a second of its completion time, worth `time_value_w`; the
+/// jobs do `sum(1 / slowdown)` seconds of their work alone in it.
+pub fn clock_cost(p: &GpuPrediction, time_value_w: f64, static_w: f64, idle_w: f64) -> f64 {
     let progress: f64 = p.jobs.iter().map(|j| 1.0 / j.slowdown).sum();
-    let energy = if progress > 0.0 {
-        ((p.power.0 - idle_w).max(0.0) + static_w.max(0.0)) / progress
-    } else {
-        f64::INFINITY
-    };
-    energy.powf(w) * slowdown.max(1e-12).powf(1.0 - w)
+    if progress <= 0.0 {
+        return f64::INFINITY;
+    }
+    #[allow(clippy::cast_precision_loss)]
+    let time_w = time_value_w.max(0.0) * p.jobs.len() as f64;
+    ((p.power.0 - idle_w).max(0.0) + static_w.max(0.0) + time_w) / progress
 }
 
 /// The static power (GPU idle and the host part) that counts in `gpu`'s clock cost under
@@ -158,7 +159,7 @@ pub fn optimize(
             break;
         }
         let (static_w, idle_w) = static_of(gpu, params);
-        let j = clock_cost(&p, params.energy_weight, static_w, idle_w);
+        let j = clock_cost(&p, params.time_value_w, static_w, idle_w);
         if best.as_ref().is_none_or(|(bj, _)| j < *bj) {
             best = Some((j, p));
         }
@@ -270,7 +271,7 @@ mod tests {
             time_slice_efficiency: 0.8,
         },
         share_step_pct: 5,
-        energy_weight: 1.0,
+        time_value_w: 0.0,
         static_power: true,
     };
 

@@ -2460,7 +2460,7 @@ mod tests {
         // weight (at the default, the little contention beside the user's job outweighs it).
         let mut cfg = cfg();
         cfg.power.suspend_time_s = Some(600.0);
-        cfg.policy.energy_weight = 0.5;
+        cfg.policy.time_value_kwh_per_gpu_hour = 0.3;
         let site = local_site(&cfg);
         let nodes = local_nodes(&cfg);
         let vit = cfg
@@ -2758,10 +2758,10 @@ mod tests {
     /// but never moved.
     #[test]
     fn a_pending_job_is_re_priced_and_an_operators_factor_is_kept() {
-        // A site weighing energy at 0.5 (at the shipped 0.1 speed decides nearly alone, and the
-        // option below costs nothing more).
+        // A site valuing an hour of a job's time at 0.01 kWh (at the shipped 3 speed decides
+        // nearly alone, and the option below costs nothing more).
         let mut cfg = cfg();
-        cfg.policy.energy_weight = 0.5;
+        cfg.policy.time_value_kwh_per_gpu_hour = 0.01;
         let site = local_site(&cfg);
         let nodes = local_nodes(&cfg);
         let idle = Snapshot::build(&cfg, 0.0, &nodes, &[], &[]);
