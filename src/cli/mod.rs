@@ -389,6 +389,15 @@ fn plan(out: &mut impl Write, args: &PlanArgs) -> Result<()> {
     Ok(())
 }
 
+/// How a candidate uses its GPUs, as the plan tables print it.
+fn share_label(c: &crate::policy::Candidate) -> String {
+    if c.exclusive {
+        format!("{}x whole", c.gpus)
+    } else {
+        format!("{}%", c.share_pct)
+    }
+}
+
 /// `plan --explain`: every option's cost (`policy::cost`) in its terms, best first.
 fn print_costs(out: &mut impl Write, plan: &Plan, label: &str) -> std::io::Result<()> {
     use crate::policy::cost;
@@ -407,17 +416,12 @@ fn print_costs(out: &mut impl Write, plan: &Plan, label: &str) -> std::io::Resul
         "rank", "gpu_type", "share", "clock", "energy J", "wait s", "time s", "delay s", "cost J"
     )?;
     for (i, c) in plan.candidates.iter().enumerate() {
-        let share = if c.exclusive {
-            format!("{}x whole", c.gpus)
-        } else {
-            format!("{}%", c.share_pct)
-        };
         writeln!(
             out,
             "{:>4}  {:<10} {:>10} {:>5} MHz {:>12.0} {:>10.0} {:>10.0} {:>10.0} {:>12.0}",
             i + 1,
             c.gpu_type,
-            share,
+            share_label(c),
             c.sm_clock_mhz,
             cost::energy_j(c),
             c.wait_s,
@@ -440,17 +444,12 @@ fn print_plan(out: &mut impl Write, plan: &Plan, label: &str) -> std::io::Result
         "rank", "gpu_type", "share", "clock", "runtime", "energy", "slowdown", "score"
     )?;
     for (i, c) in plan.candidates.iter().enumerate() {
-        let share = if c.exclusive {
-            format!("{}x whole", c.gpus)
-        } else {
-            format!("{}%", c.share_pct)
-        };
         writeln!(
             out,
             "{:>4}  {:<10} {:>10} {:>5} MHz {:>12} {:>12} {:>7.2}x {:>6.1}",
             i + 1,
             c.gpu_type,
-            share,
+            share_label(c),
             c.sm_clock_mhz,
             Seconds(c.predicted_runtime_s).to_string(),
             Joules(c.predicted_energy_j).to_string(),

@@ -43,6 +43,14 @@ impl Exchange {
         Exchange::Rate(kwh_per_gpu_hour.max(0.0) * W_PER_KWH_PER_HOUR * f64::from(gpus.max(1)))
     }
 
+    /// The rate a site sets, `None` for the two pure orders.
+    pub fn rate(self) -> Option<f64> {
+        match self {
+            Exchange::Rate(r) => Some(r),
+            Exchange::TimeOnly | Exchange::EnergyOnly => None,
+        }
+    }
+
     /// Joules per second, for the cost's single number. The two pure orders use a rate so far
     /// from any real one that the other term only breaks ties (energies below 1e12 J, times
     /// below 1e6 s: a year of a 30 kW node is 1e12 J).
@@ -86,9 +94,10 @@ pub fn imposed_delay_s(c: &Candidate, queue: Option<&TypeQueue>) -> f64 {
     (held - spare).clamp(0.0, held) * c.predicted_runtime_s
 }
 
-/// The option's cost in joules (see the module's documentation).
-pub fn cost_j(c: &Candidate, queue: Option<&TypeQueue>, exchange: Exchange) -> f64 {
-    energy_j(c) + exchange.joules_per_s() * (time_s(c) + imposed_delay_s(c, queue))
+/// The option's cost in joules (see the module's documentation), with the delay it imposes as
+/// `c.imposed_delay_s` holds it (placement sets it from [`imposed_delay_s`] once per option).
+pub fn cost_j(c: &Candidate, exchange: Exchange) -> f64 {
+    energy_j(c) + exchange.joules_per_s() * (time_s(c) + c.imposed_delay_s)
 }
 
 #[cfg(test)]
@@ -133,15 +142,11 @@ mod tests {
         // 10 s more for 2 kJ less: worth it at 100 J/s, not at 300 J/s.
         let fast = cand(10_000.0, 100.0, 0.0, 1);
         let frugal = cand(8_000.0, 110.0, 0.0, 1);
-        assert!(cost_j(&frugal, None, rate) < cost_j(&fast, None, rate));
+        assert!(cost_j(&frugal, rate) < cost_j(&fast, rate));
         let dear = Exchange::Rate(300.0);
-        assert!(cost_j(&fast, None, dear) < cost_j(&frugal, None, dear));
-        assert!(
-            cost_j(&fast, None, Exchange::TimeOnly) < cost_j(&frugal, None, Exchange::TimeOnly)
-        );
-        assert!(
-            cost_j(&frugal, None, Exchange::EnergyOnly) < cost_j(&fast, None, Exchange::EnergyOnly)
-        );
+        assert!(cost_j(&fast, dear) < cost_j(&frugal, dear));
+        assert!(cost_j(&fast, Exchange::TimeOnly) < cost_j(&frugal, Exchange::TimeOnly));
+        assert!(cost_j(&frugal, Exchange::EnergyOnly) < cost_j(&fast, Exchange::EnergyOnly));
     }
 
     #[test]

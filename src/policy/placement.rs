@@ -782,7 +782,7 @@ fn plan_for(
     for c in &mut raw {
         let q = cfg.gpu_type(&c.gpu_type).and_then(|t| queues.get(t));
         c.imposed_delay_s = cost::imposed_delay_s(c, q);
-        c.cost_j = cost::cost_j(c, q, job.exchange);
+        c.cost_j = cost::cost_j(c, job.exchange);
     }
     score::score(&mut raw);
     score::rank(&mut raw);
@@ -790,15 +790,6 @@ fn plan_for(
     // Stage 4: decide.
     let mut decision = decide(cfg, &raw, job, ctx.quiet);
     decision.limit_type = sizing.slowest.map(|t| cfg.gpu_types[t].name.clone());
-    // What the choice costs the site, at its own rate, whatever the job's --energy-policy: the
-    // yardstick of the site factor.
-    let site = Exchange::site(cfg.policy.time_value_kwh_per_gpu_hour, job.req.gpus);
-    let best = &raw[0];
-    decision.site_cost_j = cost::cost_j(
-        best,
-        cfg.gpu_type(&best.gpu_type).and_then(|t| queues.get(t)),
-        site,
-    );
     Ok(Plan {
         decision,
         candidates: raw,
@@ -1103,11 +1094,13 @@ fn decide(cfg: &Config, cands: &[Candidate], job: &Job<'_>, quiet: bool) -> Deci
         score: best.score,
         site_factor: 0,
         class: job.class.name.clone(),
-        time_value_w: match job.exchange {
-            Exchange::Rate(r) => Some(r),
-            Exchange::TimeOnly | Exchange::EnergyOnly => None,
-        },
-        site_cost_j: best.cost_j,
+        time_value_w: job.exchange.rate(),
+        // What the choice costs the site, at its own rate, whatever the job's --energy-policy:
+        // the yardstick of the site factor.
+        site_cost_j: cost::cost_j(
+            best,
+            Exchange::site(cfg.policy.time_value_kwh_per_gpu_hour, job.req.gpus),
+        ),
         slowdown_bound: job.bound,
         offered: offered.iter().map(|c| c.gpu_type.clone()).collect(),
         offered_share_pct,
