@@ -57,14 +57,98 @@ fn join_errors(errs: &[ConfigError]) -> String {
         .join("\n")
 }
 
+/// Settings an earlier heshare read and this one does not, with why: a file that still sets one
+/// loads as if it did not, and `heshare check-config` (and slurmctld's log) names each one to
+/// remove. A setting leaves `heshare.toml` through this list, never by making a file that
+/// loaded before fail.
+const RETIRED: &[(&str, &str, &str)] = &[
+    (
+        "policy",
+        "energy_weight",
+        "placement and the clock trade time for energy at [policy] time_value_kwh_per_gpu_hour",
+    ),
+    (
+        "policy",
+        "spare_energy_weight",
+        "placement prices the delay an option imposes on waiting work at [policy] \
+         time_value_kwh_per_gpu_hour",
+    ),
+    (
+        "profiles",
+        "whole_first_runs",
+        "a job with neither label nor profile runs as its user asked",
+    ),
+    (
+        "profiles",
+        "whole_first_runs_idle",
+        "a job with neither label nor profile runs as its user asked",
+    ),
+    (
+        "profiles",
+        "first_run_margin",
+        "a job with neither label nor profile runs as its user asked",
+    ),
+    (
+        "profiles",
+        "whole_share_idle",
+        "whether a profiled share gets a whole GPU is placement's cost, which prices the delay \
+         a whole GPU imposes on waiting work, not a count of spare GPUs",
+    ),
+    (
+        "profiles",
+        "whole_out_of_time",
+        "a share its profile finishes within its time limit nowhere runs as its user asked",
+    ),
+    (
+        "profiles",
+        "whole_out_of_time_idle",
+        "a share its profile finishes within its time limit nowhere runs as its user asked",
+    ),
+];
+
+/// `src` with every [`RETIRED`] setting commented out in place (every byte kept or blanked, so
+/// offsets and lines of what is left stay those of the file), and where each one was. A file
+/// that is not TOML is returned as it is, for the parser to locate its error.
+fn strip_retired(src: &str) -> (String, Vec<(String, usize)>) {
+    let Ok(doc) = toml_edit::ImDocument::parse(src.to_owned()) else {
+        return (src.to_owned(), Vec::new());
+    };
+    let mut out = src.as_bytes().to_vec();
+    let mut found = Vec::new();
+    for &(section, name, _) in RETIRED {
+        let Some(table) = doc.get(section).and_then(toml_edit::Item::as_table) else {
+            continue;
+        };
+        let Some((key, item)) = table.get_key_value(name) else {
+            continue;
+        };
+        let (Some(k), Some(v)) = (key.span(), item.as_value().and_then(toml_edit::Value::span))
+        else {
+            continue;
+        };
+        // `#` where the key starts makes its line a comment; a value running over more lines
+        // (an array) is blanked there.
+        out[k.start] = b'#';
+        for b in &mut out[k.start + 1..v.end.min(src.len())] {
+            if *b != b'\n' && *b != b'\r' {
+                *b = b' ';
+            }
+        }
+        found.push((format!("{section}.{name}"), line_of_offset(src, k.start)));
+    }
+    found.sort_by_key(|f| f.1);
+    // Only ASCII bytes were written over whole characters' bytes: a multi-byte character in a
+    // blanked range becomes spaces, so the text stays UTF-8.
+    (
+        String::from_utf8(out).unwrap_or_else(|_| src.to_owned()),
+        found,
+    )
+}
+
 /// Energy-vs-time trade-off and sharing rules, the admin's knobs.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PolicyKnobs {
-    /// No longer read: the clock and placement trade time for energy at
-    /// `time_value_kwh_per_gpu_hour`. Accepted so that an older heshare.toml loads.
-    #[serde(default)]
-    pub energy_weight: Option<f64>,
     /// A job may run at most this many times slower than alone on its GPU at the default clock.
     pub slowdown_bound: f64,
     /// MPS shares are multiples of this percentage.
@@ -110,8 +194,7 @@ pub struct PolicyKnobs {
     pub no_margin_backlog: f64,
     /// A job whose profile says its time limit leaves it less than this fraction over its
     /// runtime alone on a type gets a GPU of its own there: no neighbour, whose contention
-    /// varies several-fold from pair to pair, can push it past its limit. (A share that gets no
-    /// whole GPU for it where too few are spare keeps its own request: `whole_share_idle`.)
+    /// varies several-fold from pair to pair, can push it past its limit.
     #[serde(default = "default_limit_headroom")]
     pub limit_headroom: f64,
     /// The most sensitive a job may be to its neighbours (`k` in the contention `1 + k * busy`,
@@ -123,10 +206,6 @@ pub struct PolicyKnobs {
     /// pair.
     #[serde(default = "default_contention_worst")]
     pub contention_worst: f64,
-    /// No longer read: placement's cost prices the delay an option imposes on waiting work
-    /// itself (`time_value_kwh_per_gpu_hour`). Accepted so that an older heshare.toml loads.
-    #[serde(default)]
-    pub spare_energy_weight: Option<f64>,
     /// What an hour of a job's completion time is worth, in kWh at the facility's meter, per GPU
     /// the job asks for (a share asks for one): placement ranks every option by its facility
     /// energy plus its completion time (and the delay it imposes on waiting work) at this rate.
@@ -355,37 +434,6 @@ pub struct ProfileSettings {
     /// A service whose run filled its share may have needed more: its need is taken this much
     /// above what it measured.
     pub saturated_margin: f64,
-    /// A `--gres=mps:P` batch job with neither label nor profile gets a whole GPU instead while
-    /// more than `whole_first_runs_idle` of its types' GPUs are idle beyond the demand waiting
-    /// for them: it runs as fast as it can where a share would throttle it, and its run measures
-    /// what it needs (a throttled run only says it needed more). Where GPUs are scarce its share
-    /// stands: a whole GPU held by one service keeps its host and its GPU's context on for what
-    /// a share of it would do.
-    pub whole_first_runs: bool,
-    pub whole_first_runs_idle: f64,
-    /// Such a job that keeps a share gets `first_run_margin` more than it asked (47% becomes
-    /// 59% at 0.25; at most a whole GPU's 100%): a share below its need is killed at its time
-    /// limit and run again from the start, which costs its user and the cluster more than the
-    /// headroom would have. 0 leaves it as asked.
-    pub first_run_margin: f64,
-    /// A `--gres=mps:P` batch job whose profile would have it on a whole GPU (its time limit
-    /// leaves no room beside neighbours, a run of it sharing was killed, it needs nearly all of
-    /// one) gets it only while more than `whole_share_idle` of its types' GPUs are idle beyond
-    /// the demand waiting for them. Otherwise its own request stands, with `first_run_margin`
-    /// more share: on a saturated cluster a whole GPU for one service is a GPU every job waiting
-    /// behind it goes without, and heshare takes no risk with a share it sized itself. (A kept
-    /// share its profile says runs out of time even alone is held to `whole_out_of_time_idle`.)
-    pub whole_share_idle: f64,
-    /// A `--gres=mps:P` batch job whose profile finishes it within its time limit on no type
-    /// with a share gets a whole GPU of its own types (none on which a whole GPU ran out of time
-    /// at that limit) instead of the share that would run out of time, while more than
-    /// `whole_out_of_time_idle` of their GPUs are spare; nothing else of heshare's goes with it.
-    /// False leaves such a request as asked.
-    pub whole_out_of_time: bool,
-    /// Apart from `whole_share_idle`: a share kept for such a job is killed at its limit for
-    /// certain (its runs say so), a share kept for a neighbour's risk only perhaps, so the whole
-    /// GPU that saves a rerun is worth holding through a busier cluster.
-    pub whole_out_of_time_idle: f64,
     /// A shared run says how much busy neighbours slow the job (`[policy] contention_worst`)
     /// only where the driver measured its neighbours busy for at least this share of the GPU,
     /// summed over the run: beside idle neighbours it ran as fast as alone whatever it is.
@@ -407,12 +455,6 @@ impl Default for ProfileSettings {
             size_shares: true,
             max_spread: 2.0,
             saturated_margin: 0.25,
-            whole_first_runs: true,
-            whole_first_runs_idle: 0.25,
-            first_run_margin: 0.25,
-            whole_share_idle: 0.25,
-            whole_out_of_time: true,
-            whole_out_of_time_idle: 0.0,
             neighbour_min_busy: 0.05,
         }
     }
@@ -559,6 +601,8 @@ pub struct Config {
     /// (they fill whatever GPU they get). Kept here so that every decision refers to the same
     /// class objects (the plan cache keys on them).
     pub demand_classes: Vec<Vec<JobClass>>,
+    /// Settings the file sets that this heshare no longer reads (see `RETIRED`), to warn of.
+    pub retired: Vec<ConfigError>,
 }
 
 impl Config {
@@ -646,6 +690,8 @@ impl Config {
 
     /// Parses and validates `src`; `path` only labels the errors.
     pub fn parse(src: &str, path: &Path) -> Result<Config, LoadError> {
+        let (stripped, retired) = strip_retired(src);
+        let src = stripped.as_str();
         let raw: RawConfig = serde_path_to_error::deserialize(toml::Deserializer::new(src))
             .map_err(|e| {
                 let field = e.path().to_string();
@@ -669,6 +715,21 @@ impl Config {
                 Some(line) => format!("{}:{line}", path.display()),
                 None => format!("{} (default)", path.display()),
             };
+            cfg.retired = retired
+                .into_iter()
+                .map(|(field, line)| {
+                    let why = RETIRED
+                        .iter()
+                        .find(|(sec, name, _)| field == format!("{sec}.{name}"))
+                        .map_or("", |r| r.2);
+                    ConfigError {
+                        file: path.to_owned(),
+                        line: Some(line),
+                        field,
+                        message: format!("no longer read ({why}); remove it"),
+                    }
+                })
+                .collect();
             Ok(cfg)
         } else {
             let doc = toml_edit::ImDocument::parse(src.to_owned()).ok();
@@ -1205,30 +1266,6 @@ fn validate(raw: RawConfig, errs: &mut Problems) -> Config {
     );
     check(
         errs,
-        finite_in(pr.whole_first_runs_idle, 0.0, 1.0),
-        "profiles.whole_first_runs_idle",
-        format!("{} is outside 0..=1", pr.whole_first_runs_idle),
-    );
-    check(
-        errs,
-        finite_in(pr.first_run_margin, 0.0, 10.0),
-        "profiles.first_run_margin",
-        format!("{} is outside 0..=10", pr.first_run_margin),
-    );
-    check(
-        errs,
-        finite_in(pr.whole_share_idle, 0.0, 1.0),
-        "profiles.whole_share_idle",
-        format!("{} is outside 0..=1", pr.whole_share_idle),
-    );
-    check(
-        errs,
-        finite_in(pr.whole_out_of_time_idle, 0.0, 1.0),
-        "profiles.whole_out_of_time_idle",
-        format!("{} is outside 0..=1", pr.whole_out_of_time_idle),
-    );
-    check(
-        errs,
         finite_in(pr.neighbour_min_busy, 0.0, 1.0),
         "profiles.neighbour_min_busy",
         format!("{} is outside 0..=1", pr.neighbour_min_busy),
@@ -1293,6 +1330,7 @@ fn validate(raw: RawConfig, errs: &mut Problems) -> Config {
         power: raw.power,
         profiles: raw.profiles,
         demand_classes,
+        retired: Vec::new(),
     }
 }
 
@@ -1856,29 +1894,62 @@ memory_gib = 8
         assert_eq!(errs[0].field, "profiles.neighbour_min_busy", "{}", errs[0]);
     }
 
-    /// The two spare thresholds for a whole GPU instead of a share are apart and range-checked
-    /// by name.
+    /// A setting this heshare no longer reads still loads, named with its line and why, and the
+    /// lines of every other problem stay the file's; a misspelt one is still an error.
     #[test]
-    fn the_whole_gpu_spare_thresholds_are_checked_by_name() {
+    fn retired_settings_load_with_a_warning_and_keep_the_lines_of_the_rest() {
         let cfg = parse(SMALL).expect("valid");
-        assert!(cfg.profiles.whole_out_of_time_idle.abs() < 1e-12);
-        let ok =
-            format!("{SMALL}\n[profiles]\nwhole_share_idle = 0.5\nwhole_out_of_time_idle = 0.1\n");
-        let cfg = parse(&ok).expect("valid");
-        assert!((cfg.profiles.whole_share_idle - 0.5).abs() < 1e-12);
-        assert!((cfg.profiles.whole_out_of_time_idle - 0.1).abs() < 1e-12);
-        let bad = format!("{SMALL}\n[profiles]\nwhole_out_of_time_idle = 2\n");
-        let errs = parse(&bad).expect_err("must fail");
+        assert_eq!(cfg.retired.len(), 1, "{:?}", cfg.retired);
         assert_eq!(
-            errs[0].field, "profiles.whole_out_of_time_idle",
-            "{}",
-            errs[0]
+            (cfg.retired[0].field.as_str(), cfg.retired[0].line),
+            ("policy.energy_weight", Some(3))
         );
         assert!(
-            errs[0].to_string().contains("2 is outside 0..=1"),
+            cfg.retired[0]
+                .to_string()
+                .contains("no longer read (placement and the clock trade time"),
+            "{}",
+            cfg.retired[0]
+        );
+        let old = format!(
+            "{SMALL}\n[profiles]\nwhole_share_idle = 0.5 # a quarter\nwhole_first_runs = [\n  true,\n]\nfirst_run_margin = 0.25\n"
+        );
+        let base = SMALL.lines().count();
+        let cfg = parse(&old).expect("valid");
+        let found: Vec<(&str, Option<usize>)> = cfg
+            .retired
+            .iter()
+            .map(|r| (r.field.as_str(), r.line))
+            .collect();
+        assert_eq!(
+            found,
+            [
+                ("policy.energy_weight", Some(3)),
+                ("profiles.whole_share_idle", Some(base + 3)),
+                ("profiles.whole_first_runs", Some(base + 4)),
+                ("profiles.first_run_margin", Some(base + 7)),
+            ]
+        );
+        // A problem after them is found on its own line.
+        let bad = format!("{old}min_runs = -1\n");
+        let errs = parse(&bad).expect_err("must fail");
+        assert_eq!(
+            (errs[0].field.as_str(), errs[0].line),
+            ("profiles.min_runs", Some(base + 8)),
             "{}",
             errs[0]
         );
+        let bad = format!("{old}quantile = 2\n");
+        let errs = parse(&bad).expect_err("must fail");
+        assert_eq!(
+            (errs[0].field.as_str(), errs[0].line),
+            ("profiles.quantile", Some(base + 8)),
+            "{}",
+            errs[0]
+        );
+        // Not retired, only misspelt: refused.
+        let typo = format!("{SMALL}\n[profiles]\nwhole_share_idel = 0.5\n");
+        assert!(parse(&typo).is_err());
     }
 
     #[test]
@@ -1898,7 +1969,7 @@ memory_gib = 8
             "energy_weight = 0.5",
             "energy_weight = 0.5\nspare_energy_weight = 0.5",
         );
-        assert!(parse(&old).is_ok());
+        assert_eq!(parse(&old).expect("loads").retired.len(), 2);
     }
 
     #[test]

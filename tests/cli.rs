@@ -223,6 +223,39 @@ fn a_misspelt_field_fails_with_file_and_line() {
     );
 }
 
+/// A setting an earlier release read loads with a warning naming file, line and why, so an
+/// upgrade never stops slurmctld's plugin from loading a site's file.
+#[test]
+fn a_retired_setting_loads_with_a_warning_naming_its_line() {
+    let (_dir, path) = shipped_config_with(
+        "\nresize_asked_shares = false\n",
+        "\nresize_asked_shares = false\nwhole_share_idle_typo_free = 0\n",
+    );
+    // Not a retired name, only an unknown one: refused.
+    let o = heshare(&["check-config", "--config", path.to_str().expect("utf-8")]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let (_dir, path) = shipped_config_with(
+        "\nresize_asked_shares = false\n",
+        "\nresize_asked_shares = false\nspare_energy_weight = 0.4\n\n[profiles]\nwhole_share_idle = 0.25\n",
+    );
+    let o = heshare(&["check-config", "--config", path.to_str().expect("utf-8")]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let err = stderr(&o);
+    for (needle, field) in [
+        ("spare_energy_weight = 0.4", "policy.spare_energy_weight"),
+        ("whole_share_idle = 0.25", "profiles.whole_share_idle"),
+    ] {
+        let line = line_of(&path, needle);
+        assert!(
+            err.contains(&format!(
+                "warning: {}:{line}: {field}: no longer read (",
+                path.display()
+            )) && err.contains("); remove it"),
+            "{err}"
+        );
+    }
+}
+
 #[test]
 fn an_out_of_range_clock_fails_with_file_line_and_field() {
     let (_dir, path) =

@@ -3,8 +3,8 @@
 //! limit; a batch job's own `srun --gres=mps:Q` steps run inside its allocation, and one asking
 //! more than the job holds is refused for that reason; a job on several nodes is left as asked
 //! whatever options it carries. With the site's opt-in (`[policy] resize_asked_shares`), a first
-//! run gets a whole GPU while GPUs are idle and AdminComment says so, and a job whose script
-//! launches steps that ask for GRES still keeps its share. Needs root, slurm-wlm and munge.
+//! run still keeps its share, and a job whose script launches steps that ask for GRES keeps its
+//! share and AdminComment says why. Needs root, slurm-wlm and munge.
 
 mod common;
 
@@ -122,13 +122,18 @@ fn a_request_keeps_its_gres_and_its_steps_run_unless_the_site_opts_in() {
         ),
     )
     .expect("write");
+    // A job nothing is known of still runs as asked: with no label and no profile there is
+    // nothing to price a whole GPU or a wider share against, idle GPUs or not.
     let (s, out) = run(&c, &["--gres=mps:30", "--wrap", "env"]);
-    assert_eq!(field(&s, "TresPerNode="), gres("gpu:1"), "{s}");
+    assert_eq!(field(&s, "TresPerNode="), gres("mps:30"), "{s}");
     assert!(
-        admin_comment(&s).starts_with("heshare: first-run share=whole asked=30 "),
+        admin_comment(&s).contains("no profile of this job's runs yet, request left as asked"),
         "{s}"
     );
-    assert!(!out.contains("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"), "{out}");
+    assert!(
+        out.contains("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=30"),
+        "{out}"
+    );
     // Steps that ask for GRES keep their job's share under the opt-in too.
     let (s, out) = run(&c, &["--gres=mps:50", steps]);
     assert_eq!(field(&s, "TresPerNode="), gres("mps:50"), "{s}");

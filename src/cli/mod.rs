@@ -276,6 +276,9 @@ fn check_config(out: &mut impl Write, arg: &ConfigArg, slurm_conf: Option<&Path>
         cfg.classes.len(),
         cfg.gpu_types[cfg.reference_gpu].name
     )?;
+    for r in &cfg.retired {
+        eprintln!("warning: {r}");
+    }
     if let Some(sc) = slurm_conf {
         let text = std::fs::read_to_string(sc)
             .with_context(|| format!("{}: cannot read", sc.display()))?;

@@ -401,15 +401,9 @@ fn print(
         #[allow(clippy::cast_precision_loss)]
         let pct = |n: usize| 100.0 * n as f64 / p.submitted.max(1) as f64;
         let resized = if resize {
-            format!(
-                "; resize_asked_shares on: {:.1}% kept their own share with a margin where the profile asked for a whole GPU and no quarter of their types' GPUs was spare, {:.1}% given a whole GPU where the profile finished their share within its time limit nowhere, {:.1}% given a whole GPU for a first run while GPUs were idle, {:.1}% a first run's share with a margin",
-                pct(p.kept_shares),
-                pct(p.whole_for_limit),
-                pct(p.whole_first_runs),
-                pct(p.widened_first_runs),
-            )
+            "; resize_asked_shares on: a profiled share may be sized or made whole by the cost"
         } else {
-            "; explicit shares kept as asked (resize_asked_shares off)".to_owned()
+            "; explicit shares kept as asked (resize_asked_shares off)"
         };
         writeln!(
             out,

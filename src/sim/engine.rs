@@ -1950,11 +1950,8 @@ mod tests {
     }
 
     /// A job heshare has no label and no profile for is left as its user asked: Slurm runs it
-    /// with its own GRES, `mps:P` for a share (not a whole GPU it never asked for), whatever the
-    /// first-run settings, unless the site opted in to resizing explicit shares
-    /// (`resize_asked_shares`): then with `whole_first_runs` a share may get a whole GPU while
-    /// GPUs are idle, and with `first_run_margin` its share that much wider, and the report
-    /// counts each such job.
+    /// with its own GRES, `mps:P` for a share (not a whole GPU it never asked for), whether or
+    /// not the site opted in to resizing explicit shares (`resize_asked_shares`).
     #[test]
     fn heshare_leaves_a_job_it_knows_nothing_of_as_asked() {
         let (mut cfg, nodes, trace) = setup();
@@ -1973,17 +1970,8 @@ mod tests {
                 ..Recurrence::independent()
             },
         };
-        for (resize, whole_first_runs, first_run_margin) in [
-            (false, true, 0.25),
-            (true, false, 0.0),
-            (true, true, 0.0),
-            (true, false, 0.25),
-        ] {
+        for resize in [false, true] {
             cfg.policy.resize_asked_shares = resize;
-            cfg.profiles.whole_first_runs = whole_first_runs;
-            cfg.profiles.first_run_margin = first_run_margin;
-            let whole_first_runs = resize && whole_first_runs;
-            let margin = if resize { first_run_margin } else { 0.0 };
             let world = World::new(&cfg);
             let jobs = generate_jobs(&cfg, &world, &trace, gpus, &present(&nodes), wl);
             assert!(jobs.iter().all(|j| j.label.is_none()));
@@ -1993,30 +1981,18 @@ mod tests {
             let m = run(&mut st, &world, sched.as_mut(), fac, |_| {});
             let p = m.profiles.expect("heshare reports its profiles");
             assert!(p.as_asked > 300, "{p:?}");
-            let (mut shares, mut whole) = (0, 0);
+            let mut shares = 0;
             for j in st.jobs.iter().filter(|j| j.alloc_s.is_some()) {
                 if crate::sim::schedulers::is_share(j) && !j.exclusive {
                     shares += 1;
-                    let asked = f64::from(crate::sim::schedulers::trace_share(j).get());
-                    let given = (asked * (1.0 + margin)).ceil().min(100.0);
-                    assert!(
-                        (f64::from(j.share.get()) - given).abs() < 1e-9,
-                        "{asked} {given}"
-                    );
+                    assert_eq!(j.share, crate::sim::schedulers::trace_share(j));
                 } else {
-                    whole += usize::from(crate::sim::schedulers::is_share(j));
+                    assert!(!crate::sim::schedulers::is_share(j), "a share made whole");
                     assert!(j.exclusive && j.share == SharePct::FULL);
                     assert_eq!(j.gpus.len(), j.num_gpus as usize);
                 }
             }
-            if whole_first_runs {
-                assert!(whole > 20 && whole <= p.whole_first_runs, "{whole}: {p:?}");
-            } else {
-                assert!(shares > 20, "{shares} share jobs");
-                assert_eq!((whole, p.whole_first_runs), (0, 0), "{p:?}");
-            }
-            // Widened shares are counted.
-            assert_eq!(p.widened_first_runs > 0, margin > 0.0, "{p:?}");
+            assert!(shares > 20, "{shares} share jobs");
         }
     }
 

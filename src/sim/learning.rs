@@ -26,17 +26,8 @@ pub struct ProfileStats {
     pub by_level: [usize; 3],
     /// With a label the user gave (true or not), and without a profile.
     pub labelled: usize,
-    /// Neither label nor profile: left as asked, or (of those) given a whole GPU for its run
-    /// (`[profiles] whole_first_runs`), or its share with a margin (`first_run_margin`).
+    /// Neither label nor profile: left as asked.
     pub as_asked: usize,
-    pub whole_first_runs: usize,
-    pub widened_first_runs: usize,
-    /// With a profile that would have it on a whole GPU while no more than `[profiles]
-    /// whole_share_idle` of its types' GPUs were spare: its own request with a margin.
-    pub kept_shares: usize,
-    /// With a profile that finishes it within its time limit on no type with a share: a whole
-    /// GPU of its own types instead.
-    pub whole_for_limit: usize,
     /// A label set aside because the job's runs contradict it.
     pub overruled: usize,
     /// Of the labels set aside, those that were wrong.
@@ -56,10 +47,6 @@ impl std::ops::AddAssign for ProfileStats {
         }
         self.labelled += b.labelled;
         self.as_asked += b.as_asked;
-        self.whole_first_runs += b.whole_first_runs;
-        self.widened_first_runs += b.widened_first_runs;
-        self.kept_shares += b.kept_shares;
-        self.whole_for_limit += b.whole_for_limit;
         self.overruled += b.overruled;
         self.overruled_wrong += b.overruled_wrong;
         self.taught += b.taught;

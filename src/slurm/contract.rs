@@ -165,7 +165,6 @@ mod tests {
             limit_type: None,
             demand_pct: None,
             learned_limit_s: None,
-            own_request: false,
         }
     }
 
@@ -279,9 +278,8 @@ mod tests {
     }
 
     #[test]
-    fn decisions_keep_a_first_runs_share_by_default_and_give_more_only_on_opt_in() {
-        // No class, no profile, no snapshot (the rules that need a live view are driven in
-        // slurm::request's tests).
+    fn decisions_keep_a_first_runs_share_by_default_and_on_opt_in() {
+        // No class, no profile, no snapshot: nothing to price another share against.
         let a = ask("gres:mps:30");
         let none = Options::default();
         let site = Site {
@@ -289,21 +287,12 @@ mod tests {
             feature_types: vec![false; cfg(false).gpu_types.len()],
         };
         let sub = Submission::new(Some(&a), &none, "u");
-        let v = decide(&cfg(false), &site, Live::NONE, &sub);
-        assert!(
-            matches!(&v, Verdict::Annotate(m) if m.contains("left as asked")),
-            "{v:?}"
-        );
-        // Opted in, a first run gets its share with the first-run margin, and says so.
-        match decide(&cfg(true), &site, Live::NONE, &sub) {
-            Verdict::Rewrite(r) => {
-                assert_eq!((r.tres.as_str(), r.mps_pct), ("gres:mps:38", Some(38)));
-                assert!(
-                    r.admin_comment
-                        .starts_with("heshare: first-run share=38 asked=30")
-                );
-            }
-            v => panic!("expected a rewrite, got {v:?}"),
+        for resize in [false, true] {
+            let v = decide(&cfg(resize), &site, Live::NONE, &sub);
+            assert!(
+                matches!(&v, Verdict::Annotate(m) if m.contains("left as asked")),
+                "{v:?}"
+            );
         }
         let wide = Submission {
             multi_node: true,

@@ -332,6 +332,9 @@ fn load() -> Result<Loaded, String> {
         .unwrap_or_else(|| "/etc/slurm/heshare.toml".into());
     let stamp = modified(&path);
     let cfg = Config::load(&path).map_err(|e| e.to_string())?;
+    for r in &cfg.retired {
+        log::warn!("heshare: {r}");
+    }
     let slurm_conf = std::env::var_os("SLURM_CONF")
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|| "/etc/slurm/slurm.conf".into());

@@ -18,8 +18,8 @@ use super::snapshot::Snapshot;
 use crate::config::Config;
 use crate::model::full_speed_share;
 use crate::policy::{
-    ClusterView, EnergyPolicy, GpuSlot, JobRequest, PlaceContext, PlacementError, Plan,
-    ShareRequest, place_slots, sized_class,
+    ClusterView, EnergyPolicy, GpuSlot, JobRequest, PlaceContext, Plan, ShareRequest, place_slots,
+    sized_class,
 };
 use crate::profile::Learned;
 use crate::units::SharePct;
@@ -314,9 +314,6 @@ pub struct Rewrite {
     /// A job placed by its profile: its time limit in seconds, which caps its learned runtime
     /// (the node helper's clock too).
     pub learned_limit_s: Option<f64>,
-    /// The user's own request with only more of a GPU than asked: its types, no class, no
-    /// clock and no priority of heshare's, not re-decided. A kill of it comes from its ask.
-    pub own_request: bool,
 }
 
 /// The plugin's answer for one job.
@@ -445,13 +442,8 @@ fn decide_within(
         (Some(c), _) => c.clone(),
         (None, Some(l)) => l.class_family().to_owned(),
         (None, None) => {
-            if let Some(r) = whole_first_run(cfg, site, live, sub, ask) {
-                return Verdict::Rewrite(r);
-            }
-            if let Some(r) = widened_first_run(cfg, site, live, sub, ask) {
-                return Verdict::Rewrite(r);
-            }
-            // Where the site opted in to resizing shares, say why this one was not.
+            // Nothing is known of it to price another share or a whole GPU against its own
+            // request. Where the site opted in to resizing shares, say why this one was not.
             let kept = match contract::may_resize(cfg, sub, ask) {
                 Err(no) if cfg.policy.resize_asked_shares && ask.mps_pct.is_some() => {
                     format!(" ({no})")
@@ -522,26 +514,8 @@ fn decide_within(
     // prediction is no reason to refuse work.
     let plan = match place_on(cfg, live, &req, &fits, ctx) {
         Ok(p) => p,
-        Err(e) => {
-            // A share its own runs say finishes nowhere within its limit: the most of a GPU it
-            // can have, rather than the share that runs out of time.
-            if let (PlacementError::NoFeasible(why), Some(l), ShareRequest::Pct(_), None, None) =
-                (&e, sub.learned, asked, &opts.gpu_share, &opts.gpu_class)
-            {
-                if let Some(r) = whole_for_limit(cfg, site, live, sub, ask, l, why) {
-                    return Verdict::Rewrite(r);
-                }
-            }
-            return Verdict::Annotate(format!("heshare: {e}; request left as asked"));
-        }
+        Err(e) => return Verdict::Annotate(format!("heshare: {e}; request left as asked")),
     };
-    if plan.decision.exclusive && opts.gpu_share.is_none() && opts.gpu_class.is_none() {
-        if let (Some(l), ShareRequest::Pct(_)) = (sub.learned, asked) {
-            if let Some(v) = kept_share(cfg, site, live, sub, ask, l) {
-                return v;
-            }
-        }
-    }
     let feature_types = fresh.map_or(&site.feature_types, |s| &s.feature_types);
     let own_constraint = (user_types.is_none()
         && sub.features.is_some_and(|f| !f.trim().is_empty()))
@@ -567,344 +541,6 @@ fn decide_within(
         learned_rewrite(&mut r, l, opts.gpu_class.as_deref(), sub.time_limit_s, text);
     }
     Verdict::Rewrite(r)
-}
-
-/// A share nothing is known of yet (no label, no profile): a whole GPU instead while the GPUs
-/// of its types are idle beyond the demand waiting for them (`[profiles] whole_first_runs`).
-/// It runs unthrottled, and its run measures what it needs, where a share smaller than its need
-/// would only say that it needed more. `None` leaves it as asked: not a batch `--gres=mps:P`
-/// job, no fresh snapshot, or GPUs too scarce to give one away. No class and no clock go to
-/// the node helper (the GPU stays at its default clock), and its AdminComment is not one the
-/// snapshot thread re-decides.
-fn whole_first_run(
-    cfg: &Config,
-    site: &Site,
-    live: Live<'_>,
-    sub: &Submission<'_>,
-    ask: &GpuAsk,
-) -> Option<Rewrite> {
-    let p = &cfg.profiles;
-    let asked = first_run_share(cfg, sub, ask)?;
-    if !p.whole_first_runs {
-        return None;
-    }
-    let snap = live.fresh()?;
-    let types = first_run_types(cfg, site, Some(snap), sub, ask)?;
-    let (spare, total) = spare_gpus(snap, &types);
-    if total <= 0.0 || spare <= p.whole_first_runs_idle * total {
-        return None;
-    }
-    Some(first_run_rewrite(
-        ask,
-        None,
-        types,
-        format!(
-            "heshare: first-run share=whole asked={asked} site=+0 {} reason=no --gpu-class and no profile of this job's runs yet: a whole GPU while {spare:.1} of the {total:.0} GPUs of its types are idle beyond the demand waiting, so that its run measures what it needs",
-            live.describe()
-        ),
-    ))
-}
-
-/// GPUs of `types` idle beyond the demand waiting for them (negative when more waits), and the
-/// GPUs of those types in all, as `snap` saw them.
-fn spare_gpus(snap: &Snapshot, types: &[usize]) -> (f64, f64) {
-    types
-        .iter()
-        .filter_map(|&t| snap.view.queues.get(t))
-        .fold((0.0, 0.0), |(spare, total), q| {
-            (spare + q.spare_gpus(), total + f64::from(q.total_gpus))
-        })
-}
-
-/// The share a batch `--gres=mps:P` job on one GPU asks for, where heshare may give it more of
-/// a GPU (the site's opt-in, profiles on, and no step of its that asks for GRES); `None` for any
-/// other request.
-fn first_run_share(cfg: &Config, sub: &Submission<'_>, ask: &GpuAsk) -> Option<u32> {
-    let asked = ask.mps_pct?;
-    (cfg.profiles.enabled && contract::may_resize(cfg, sub, ask).is_ok()).then_some(asked)
-}
-
-/// A first run's new request: a whole GPU (`mps_pct` `None`) or that MPS share of one, of the
-/// type the user named if any, beside the user's other GRES; nothing for the node helper, no
-/// features and no priority of heshare's.
-fn first_run_rewrite(
-    ask: &GpuAsk,
-    mps_pct: Option<u8>,
-    offered: Vec<usize>,
-    admin_comment: String,
-) -> Rewrite {
-    let typed = ask
-        .gpu_type
-        .as_deref()
-        .map_or(String::new(), |t| format!("{t}:"));
-    let gres = match mps_pct {
-        None => format!("gpu:{typed}1"),
-        Some(pct) => format!("mps:{typed}{pct}"),
-    };
-    let tres = std::iter::once(format!("{}{gres}", ask.form.prefix()))
-        .chain(ask.others.iter().cloned())
-        .collect::<Vec<_>>()
-        .join(",");
-    Rewrite {
-        tres,
-        per_job: false,
-        features: None,
-        prefer: None,
-        site_factor: 0,
-        admin_comment,
-        spank_env: Vec::new(),
-        offered,
-        gpus: 1,
-        mps_pct,
-        limit_type: None,
-        demand_pct: None,
-        learned_limit_s: None,
-        own_request: mps_pct.is_some(),
-    }
-}
-
-/// The types a first run may use: its own type, else the types present its constraint allows
-/// (that can host it now, when a snapshot says).
-fn first_run_types(
-    cfg: &Config,
-    site: &Site,
-    snap: Option<&Snapshot>,
-    sub: &Submission<'_>,
-    ask: &GpuAsk,
-) -> Option<Vec<usize>> {
-    Some(match &ask.gpu_type {
-        Some(t) => vec![cfg.gpu_type(t)?],
-        None => {
-            let user = sub.features.and_then(|f| type_disjunction(cfg, f));
-            site.present
-                .iter()
-                .map(|&(t, _)| t)
-                .filter(|t| user.as_ref().is_none_or(|u| u.contains(t)))
-                .filter(|&t| snap.is_none_or(|s| s.can_host(t, 1, sub.cpus, sub.memory_mib)))
-                .collect()
-        }
-    })
-}
-
-/// A share whose profile would have it on a whole GPU, where none is spare: more than
-/// `[profiles] whole_share_idle` of the GPUs of its types idle beyond the demand waiting. Its own
-/// request then stands, widened by `first_run_margin` as a first run's is. A whole GPU held by
-/// one service is one every job queued behind it goes without (on the simulated openb slice at
-/// load 0.9 such services held more GPU time than plain Slurm gave the same jobs, and whole-GPU
-/// jobs waited for it), and a share heshare sized itself below that whole GPU is a risk heshare
-/// would be taking for the user. A few idle GPUs of a busy cluster are a lull, not room: the
-/// queue they would have absorbed is back within a service's runtime (at load 0.9 a quarter
-/// where any idle GPU had been enough took mean JCT from 1.03x to 0.94x the best baseline's,
-/// twenty seeds). Where the kept share would run out of time even alone on a type of its
-/// (its profile's prediction), the whole GPU is held to `whole_out_of_time_idle` instead: the
-/// share is a rerun for certain there (at load 0.7 that cut killed runs by 13% and mean JCT
-/// to 0.978 +- 0.023 of the quarter alone). `None` keeps the whole GPU: GPUs to spare, no fresh
-/// snapshot to tell, or not a batch job on one GPU.
-fn kept_share(
-    cfg: &Config,
-    site: &Site,
-    live: Live<'_>,
-    sub: &Submission<'_>,
-    ask: &GpuAsk,
-    learned: &Learned,
-) -> Option<Verdict> {
-    let asked = first_run_share(cfg, sub, ask)?;
-    let snap = live.fresh()?;
-    let types = first_run_types(cfg, site, Some(snap), sub, ask)?;
-    let (spare, total) = spare_gpus(snap, &types);
-    if total <= 0.0 || types.is_empty() {
-        return None;
-    }
-    let pct = widened_pct(cfg, asked);
-    let spare_beyond = |idle: f64| spare > idle * total;
-    // A kept share its profile says runs out of time even alone on one of its types is a kill
-    // for certain there, as an out-of-time share's is: the whole GPU at that rule's threshold.
-    // The prediction is made only where the two thresholds disagree (this runs in job_submit).
-    let whole = match (
-        spare_beyond(cfg.profiles.whole_share_idle),
-        spare_beyond(cfg.profiles.whole_out_of_time_idle),
-    ) {
-        (share, out_of_time) if share == out_of_time => share,
-        (share, out_of_time) => {
-            if kept_finishes(cfg, learned, &types, pct, sub.time_limit_s) {
-                share
-            } else {
-                out_of_time
-            }
-        }
-    };
-    if whole {
-        return None;
-    }
-    let why = format!(
-        "its profile ({}, {} runs) asks for a whole GPU and only {spare:.1} of the {total:.0} GPUs of its types are idle beyond the demand waiting",
-        learned.key, learned.runs
-    );
-    Some(if u32::from(pct) > asked {
-        Verdict::Rewrite(first_run_rewrite(
-            ask,
-            Some(pct),
-            types,
-            format!(
-                "heshare: kept-share share={pct} asked={asked} site=+0 {} reason={why}: its own request with a {:.0}% margin (first_run_margin)",
-                live.describe(),
-                100.0 * cfg.profiles.first_run_margin
-            ),
-        ))
-    } else {
-        Verdict::Annotate(format!("heshare: {why}; request left as asked"))
-    })
-}
-
-/// Whether `pct` of a GPU finishes the job within `limit_s` alone, at the default clock, on
-/// every type of `types` (Slurm may start it on any), as its profile predicts; no limit (or
-/// none placement would read as one), or no valid share, is no kill to foresee. The class is
-/// the profile's as learned, not sized up on types its runs never measured as placement sizes a
-/// service there: a kill certain by the job's own measurements, not by the catalog's guess.
-fn kept_finishes(
-    cfg: &Config,
-    learned: &Learned,
-    types: &[usize],
-    pct: u8,
-    limit_s: Option<f64>,
-) -> bool {
-    let (Some(limit), Some(share)) = (
-        limit_s.filter(|l| l.is_finite() && *l > 0.0),
-        SharePct::new(pct),
-    ) else {
-        return true;
-    };
-    let reference = &cfg.gpu_types[cfg.reference_gpu];
-    let params = crate::model::ModelParams::of(cfg);
-    types.iter().all(|&t| {
-        let gpu = &cfg.gpu_types[t];
-        let runtime = crate::model::runtime_alone_on(
-            &learned.class,
-            gpu,
-            reference,
-            share,
-            gpu.default_sm_clock,
-            params,
-        );
-        runtime.0 <= limit
-    })
-}
-
-/// A share whose profile says it finishes within its time limit on no type heshare could give
-/// it (`why`, placement's reasons): a whole GPU of its own types instead of the share it asked,
-/// while GPUs of those types are spare (`[profiles] whole_out_of_time_idle`).
-/// Its runs measured it, so a share of a GPU is what runs out of time; the prediction is sized
-/// for the upper end of what its runs took, so a whole GPU often finishes it (on the simulated
-/// openb slice every such share Slurm killed at its limit would have finished alone on the type
-/// it ran on). Where none is spare, a whole GPU held through a queue costs every job behind it
-/// more than the rerun costs this one (twenty seeds at load 0.7: mean JCT 0.970 of as asked
-/// +- 0.021 with the spare rule, 0.996 +- 0.049 without, two congested seeds 1.3x and 1.6x).
-/// Nothing else of heshare's goes with it (no type of its choosing, no clock, no priority), and
-/// it is not re-decided: a kill of it is its own request's. Types where a run of it ran out of
-/// time with a GPU of its own and a limit no shorter are left out; `None` where that leaves
-/// none, none is spare, or not a batch `--gres=mps:P` job on one GPU: left as asked.
-fn whole_for_limit(
-    cfg: &Config,
-    site: &Site,
-    live: Live<'_>,
-    sub: &Submission<'_>,
-    ask: &GpuAsk,
-    learned: &Learned,
-    why: &str,
-) -> Option<Rewrite> {
-    let asked = first_run_share(cfg, sub, ask)?;
-    if !cfg.profiles.whole_out_of_time {
-        return None;
-    }
-    let limit = sub.time_limit_s.unwrap_or(f64::INFINITY);
-    let snap = live.fresh();
-    let types: Vec<usize> = first_run_types(cfg, site, snap, sub, ask)?
-        .into_iter()
-        .filter(|&t| {
-            !learned
-                .class
-                .ran_out_whole_on(&cfg.gpu_types[t].name, limit)
-        })
-        .collect();
-    if types.is_empty() {
-        return None;
-    }
-    // As for a kept share: a whole GPU while GPUs of its types are spare (or no snapshot tells
-    // that they are not).
-    let spare = match snap {
-        Some(snap) => {
-            let (spare, total) = spare_gpus(snap, &types);
-            if total <= 0.0 || spare <= cfg.profiles.whole_out_of_time_idle * total {
-                return None;
-            }
-            format!(
-                " while {spare:.1} of the {total:.0} GPUs of its types are idle beyond the demand waiting"
-            )
-        }
-        None => String::new(),
-    };
-    let mut r = first_run_rewrite(
-        ask,
-        None,
-        types,
-        format!(
-            "heshare: out-of-time share=whole asked={asked} site=+0 {} reason=its profile ({}, {} runs) finishes it within its time limit nowhere with a share ({why}): a whole GPU of its types{spare}",
-            live.describe(),
-            learned.key,
-            learned.runs
-        ),
-    );
-    r.own_request = true;
-    Some(r)
-}
-
-/// A share asked for, widened by `[profiles] first_run_margin`: whole percents, as gres/mps
-/// counts them, at most 100.
-fn widened_pct(cfg: &Config, asked: u32) -> u8 {
-    // Within 0..=100 after `min`, so the cast is exact.
-    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-    let pct = (f64::from(asked) * (1.0 + cfg.profiles.first_run_margin))
-        .ceil()
-        .min(100.0) as u8;
-    pct
-}
-
-/// A share nothing is known of yet that keeps a share (no whole GPU to spare): its ask plus
-/// `[profiles] first_run_margin`, at most 100%. A share below the job's need is killed at its
-/// time limit and its user runs it again from the start; the margin saves most such reruns
-/// for a little more of a GPU. `None` leaves it as asked: not a batch `--gres=mps:P` job, no
-/// margin, or a margin that rounds to nothing. As for a whole first run, no class and no clock
-/// go to the node helper, and the snapshot thread does not re-decide it.
-fn widened_first_run(
-    cfg: &Config,
-    site: &Site,
-    live: Live<'_>,
-    sub: &Submission<'_>,
-    ask: &GpuAsk,
-) -> Option<Rewrite> {
-    let p = &cfg.profiles;
-    let asked = first_run_share(cfg, sub, ask)?;
-    if p.first_run_margin <= 0.0 {
-        return None;
-    }
-    let pct = widened_pct(cfg, asked);
-    if u32::from(pct) <= asked {
-        return None;
-    }
-    let types = first_run_types(cfg, site, live.fresh(), sub, ask)?;
-    if types.is_empty() {
-        return None;
-    }
-    Some(first_run_rewrite(
-        ask,
-        Some(pct),
-        types,
-        format!(
-            "heshare: first-run share={pct} asked={asked} site=+0 {} reason=no --gpu-class and no profile of this job's runs yet: its share with a {:.0}% margin (first_run_margin), as a share below its need would be killed at its time limit and run again",
-            live.describe(),
-            100.0 * p.first_run_margin
-        ),
-    ))
 }
 
 /// A decision made with a profile says so: AdminComment names the key, its level and the runs it
@@ -1128,7 +764,6 @@ fn rewrite(
         limit_type: d.limit_type.as_deref().and_then(|t| cfg.gpu_type(t)),
         demand_pct,
         learned_limit_s: None,
-        own_request: false,
     };
     if !text {
         return r;
@@ -1469,25 +1104,6 @@ mod tests {
             Verdict::Rewrite(r) => r,
             other => panic!("expected a rewrite, got {other:?}"),
         }
-    }
-
-    /// A profiled request heshare only gave more of a GPU: nothing of heshare's in it (no
-    /// features, preference, priority or node-helper environment), an AdminComment that starts
-    /// with `prefix` and names the profile, and not one the snapshot thread re-decides.
-    fn assert_own_request_of_profile(cfg: &Config, r: &Rewrite, prefix: &str) {
-        assert!(r.own_request, "{r:?}");
-        assert_eq!(
-            (r.features.as_ref(), r.prefer.as_ref(), r.site_factor),
-            (None, None, 0)
-        );
-        assert!(r.spank_env.is_empty(), "{:?}", r.spank_env);
-        assert!(
-            r.admin_comment.starts_with(prefix)
-                && r.admin_comment.contains("profile (script:1000:"),
-            "{}",
-            r.admin_comment
-        );
-        assert!(read_admin_comment(cfg, &r.admin_comment).is_none());
     }
 
     #[test]
@@ -1872,176 +1488,48 @@ mod tests {
     }
     impl Tap for Site {}
 
-    /// A share nothing is known of gets a whole GPU while GPUs sit idle, and its request with
-    /// the first-run margin once they do not (as asked with no margin); the snapshot thread
-    /// never re-decides it.
+    /// A share nothing is known of (no label, no profile) runs as its user asked, under the
+    /// site's opt-in to resizing shares too: with no belief about the job there is nothing to
+    /// price another share or a whole GPU against, idle GPUs or not.
     #[test]
-    fn an_unknown_share_runs_whole_while_gpus_are_idle_and_with_a_margin_when_they_are_not() {
-        let cfg = resizing();
-        let site = local_site(&cfg);
-        let nodes = local_nodes(&cfg);
+    fn an_unknown_share_runs_as_asked_whatever_the_gpus_and_the_opt_in() {
+        let site = local_site(&cfg());
+        let nodes = local_nodes(&cfg());
         let ask = parse_tres_per_node(Some("gres:mps:40")).expect("ok");
         let none = Options::default();
         let sub = Submission::new(ask.as_ref(), &none, "1000");
-        let idle = Snapshot::build(&cfg, 100.0, &nodes, &[], &[]);
-        let live = Live {
-            snapshot: Some(&idle),
-            now_s: 100.0,
-            max_age_s: 60.0,
-        };
-        // By default the share is the user's: left as asked, GPUs idle or not.
-        assert!(
-            matches!(decide(&self::cfg(), &site, live, &sub), Verdict::Annotate(m) if m.contains("no profile of this job's runs yet")),
-        );
-        // Steps of its own that ask for GRES keep it as asked under the opt-in too.
-        assert!(matches!(
-            decide(
-                &cfg,
-                &site,
-                live,
-                &Submission {
-                    steps_ask_gres: true,
-                    ..sub
+        let idle = Snapshot::build(&cfg(), 100.0, &nodes, &[], &[]);
+        let busy = all_held_but(&cfg(), &nodes, 0);
+        for cfg in [cfg(), resizing()] {
+            for snapshot in [Some(&idle), Some(&busy), None] {
+                let live = Live {
+                    snapshot,
+                    now_s: 100.0,
+                    max_age_s: 60.0,
+                };
+                for s in [
+                    sub,
+                    Submission {
+                        steps_ask_gres: true,
+                        ..sub
+                    },
+                ] {
+                    let v = decide(&cfg, &site, live, &s);
+                    assert!(
+                        matches!(&v, Verdict::Annotate(m) if m.contains("no profile of this job's runs yet, request left as asked")),
+                        "{v:?}"
+                    );
                 }
-            ),
-            Verdict::Annotate(_)
-        ));
-        let r = rewrite_of(decide(&cfg, &site, live, &sub));
-        assert_eq!(r.tres, "gres:gpu:1");
-        assert_eq!((r.gpus, r.mps_pct, r.site_factor), (1, None, 0));
-        assert_eq!((r.features.as_ref(), r.prefer.as_ref()), (None, None));
-        // No class and no clock for the node helper: the GPU stays at its default clock.
-        assert!(r.spank_env.is_empty(), "{:?}", r.spank_env);
-        assert!(
-            r.admin_comment
-                .starts_with("heshare: first-run share=whole asked=40 ")
-                && r.admin_comment
-                    .contains("8.0 of the 8 GPUs of its types are idle"),
-            "{}",
-            r.admin_comment
-        );
-        assert!(read_admin_comment(&cfg, &r.admin_comment).is_none());
-        // A typed share keeps its type.
-        let typed = parse_tres_per_node(Some("gres:mps:t4:40")).expect("ok");
-        let r = rewrite_of(decide(
-            &cfg,
-            &site,
-            live,
-            &Submission::new(typed.as_ref(), &none, "1000"),
-        ));
-        assert_eq!(r.tres, "gres:gpu:t4:1");
-        let as_asked = |v: Verdict| {
-            assert!(
-                matches!(&v, Verdict::Annotate(m) if m.contains("no profile of this job's runs yet")),
-                "{v:?}"
-            );
-        };
-        // 40% with the default 25% margin: 50%, of any type its request allows, at the default
-        // clock (nothing for the node helper).
-        let widened = |v: Verdict| {
-            let r = rewrite_of(v);
-            assert_eq!(
-                (r.tres.as_str(), r.mps_pct, r.gpus),
-                ("gres:mps:50", Some(50), 1)
-            );
-            assert!(
-                r.admin_comment
-                    .starts_with("heshare: first-run share=50 asked=40 ")
-                    && r.admin_comment.contains("25% margin"),
-                "{}",
-                r.admin_comment
-            );
-            assert!(read_admin_comment(&cfg, &r.admin_comment).is_none());
-            assert!(r.spank_env.is_empty() && !r.offered.is_empty(), "{r:?}");
-        };
-        assert!((cfg.profiles.first_run_margin - 0.25).abs() < 1e-12);
-        // All but `idle` of the eight GPUs held.
-        let busy = |idle: usize| all_held_but(&cfg, &nodes, idle);
-        fn on<'a>(live: Live<'a>, snap: &'a Snapshot) -> Live<'a> {
-            Live {
-                snapshot: Some(snap),
-                ..live
             }
         }
-        // The default asks for more than a quarter idle: three of eight is, two are not.
-        assert!((cfg.profiles.whole_first_runs_idle - 0.25).abs() < 1e-12);
-        let r = rewrite_of(decide(&cfg, &site, on(live, &busy(3)), &sub));
-        assert_eq!((r.gpus, r.mps_pct), (1, None), "{}", r.admin_comment);
-        widened(decide(&cfg, &site, on(live, &busy(2)), &sub));
-        widened(decide(&cfg, &site, on(live, &busy(0)), &sub));
-        let r = rewrite_of(decide(
-            &cfg,
-            &site,
-            on(live, &busy(0)),
-            &Submission::new(typed.as_ref(), &none, "1000"),
-        ));
-        assert_eq!((r.tres.as_str(), r.offered.len()), ("gres:mps:t4:50", 1));
-        // At most a whole GPU's 100%; a full share has no room to widen.
-        for (asked, got) in [("gres:mps:81", Some(100)), ("gres:mps:100", None)] {
-            let a = parse_tres_per_node(Some(asked)).expect("ok");
-            let v = decide(
-                &cfg,
-                &site,
-                on(live, &busy(0)),
-                &Submission::new(a.as_ref(), &none, "1000"),
-            );
-            match got {
-                Some(p) => assert_eq!(rewrite_of(v).mps_pct, Some(p)),
-                None => as_asked(v),
-            }
-        }
-        // Idle GPUs that pending jobs already wait for do not count.
-        let queued = Snapshot::build(
-            &cfg,
-            100.0,
-            &nodes,
-            &[],
-            &[crate::slurm::snapshot::Pending {
-                types: vec![],
-                gpus: 7.5,
-            }],
-        );
-        widened(decide(
-            &cfg,
-            &site,
-            Live {
-                snapshot: Some(&queued),
-                ..live
-            },
-            &sub,
-        ));
-        // No snapshot to tell: its margin still; an interactive job, a whole-GPU request, or
-        // both options off: as asked.
-        widened(decide(&cfg, &site, Live::NONE, &sub));
-        as_asked(decide(
-            &cfg,
-            &site,
-            live,
-            &Submission {
-                batch: false,
-                ..sub
-            },
-        ));
-        let whole = parse_tres_per_node(Some("gres:gpu:1")).expect("ok");
-        as_asked(decide(
-            &cfg,
-            &site,
-            live,
-            &Submission::new(whole.as_ref(), &none, "1000"),
-        ));
-        let mut off = cfg.clone();
-        off.profiles.whole_first_runs = false;
-        widened(decide(&off, &site, live, &sub));
-        off.profiles.first_run_margin = 0.0;
-        as_asked(decide(&off, &site, live, &sub));
     }
 
     /// A service whose profile asks for a whole GPU (its runs were killed at this limit while
-    /// sharing, on every type) gets one while more than a quarter of the GPUs are spare; once
-    /// fewer are, its own request stands with the first-run margin, nothing of heshare's in it,
-    /// and it is not re-decided.
+    /// sharing, on every type) gets one under the site's opt-in, GPUs spare or not: no share of
+    /// any type is an option, and the whole GPU's cost already counts the wait it imposes. Without
+    /// the opt-in its share stands, and AdminComment says what heshare would have asked.
     #[test]
-    fn a_profile_asking_for_a_whole_gpu_keeps_its_own_share_when_none_is_spare() {
+    fn a_profile_asking_for_a_whole_gpu_gets_it_under_the_opt_in() {
         let cfg = resizing();
         let site = local_site(&cfg);
         let nodes = local_nodes(&cfg);
@@ -2079,11 +1567,7 @@ mod tests {
         };
         let whole = |v: Verdict| {
             let r = rewrite_of(v);
-            assert_eq!(
-                (r.gpus, r.mps_pct, r.own_request),
-                (1, None, false),
-                "{r:?}"
-            );
+            assert_eq!((r.gpus, r.mps_pct), (1, None), "{r:?}");
             assert!(
                 r.admin_comment.starts_with("heshare: type="),
                 "{}",
@@ -2091,21 +1575,6 @@ mod tests {
             );
             assert!(
                 r.admin_comment.contains("profile=script:1000:"),
-                "{}",
-                r.admin_comment
-            );
-        };
-        let kept = |v: Verdict| {
-            let r = rewrite_of(v);
-            // 50% and a quarter more, rounded up; of the types its request allows.
-            assert_eq!(
-                (r.tres.as_str(), r.gpus, r.mps_pct, r.own_request),
-                ("gres:mps:63", 1, Some(63), true),
-                "{r:?}"
-            );
-            assert_own_request_of_profile(&cfg, &r, "heshare: kept-share share=63 asked=50 ");
-            assert!(
-                r.admin_comment.contains("25% margin"),
                 "{}",
                 r.admin_comment
             );
@@ -2119,34 +1588,13 @@ mod tests {
                 "{v:?}"
             );
         }
-        // More than a quarter of the eight GPUs idle beyond the demand waiting: three, not two.
-        assert!((cfg.profiles.whole_share_idle - 0.25).abs() < 1e-12);
-        whole(at(&busy(8), &cfg));
-        whole(at(&busy(3), &cfg));
-        kept(at(&busy(2), &cfg));
-        kept(at(&busy(0), &cfg));
-        // Idle GPUs that pending jobs wait for are not spare.
-        let queue = |idle: usize, waiting: f64| held_but_with_queue(&cfg, &nodes, idle, waiting);
-        whole(at(&queue(4, 1.5), &cfg));
-        kept(at(&queue(3, 1.5), &cfg));
-        // A site that gives the whole GPU while any is spare.
-        let mut any = cfg.clone();
-        any.profiles.whole_share_idle = 0.0;
-        whole(at(&busy(1), &any));
-        kept(at(&busy(0), &any));
-        whole(at(&queue(2, 1.5), &any));
-        kept(at(&queue(1, 1.5), &any));
-        // No margin: the request as asked, and why.
-        let mut bare = cfg.clone();
-        bare.profiles.first_run_margin = 0.0;
-        let v = at(&busy(2), &bare);
-        assert!(
-            matches!(&v, Verdict::Annotate(m) if m.contains("asks for a whole GPU") && m.ends_with("request left as asked")),
-            "{v:?}"
-        );
+        for idle in [8, 3, 0] {
+            whole(at(&busy(idle), &cfg));
+        }
+        whole(at(&held_but_with_queue(&cfg, &nodes, 0, 1.5), &cfg));
         // Without a snapshot nothing is known to be scarce: the whole GPU.
         whole(decide(&cfg, &site, Live::NONE, &sub));
-        // A user's own --gpu-share is theirs: never turned back into a share.
+        // A user's own --gpu-share=exclusive is theirs as well.
         let exclusive = Options {
             gpu_share: Some("exclusive".into()),
             ..Options::default()
@@ -2165,101 +1613,14 @@ mod tests {
             },
             &mine,
         );
-        assert!(!matches!(&v, Verdict::Rewrite(r) if r.own_request), "{v:?}");
+        whole(v);
     }
 
-    /// A kept share its profile says runs out of time even alone is a rerun for certain: its
-    /// whole GPU waits for no quarter of the GPUs to be spare, only for one
-    /// (`whole_out_of_time_idle`), where a share that would finish alone keeps its request.
+    /// A service whose runs say it finishes within its limit on no type with a share runs as its
+    /// user asked, under the opt-in too, and AdminComment says why heshare placed it nowhere:
+    /// heshare does not hand out a whole GPU on a guess that it might finish there.
     #[test]
-    fn a_kept_share_that_would_run_out_of_time_alone_gets_the_whole_gpu_while_one_is_spare() {
-        let cfg = resizing();
-        let site = local_site(&cfg);
-        let nodes = local_nodes(&cfg);
-        let reference = &cfg.gpu_types[cfg.reference_gpu];
-        let types: Vec<usize> = site.present.iter().map(|&(t, _)| t).collect();
-        // A service that needs at least 90% of every type here, killed sharing at any limit.
-        let mut learned = learned_service(&cfg, vec![]);
-        let least_need = types
-            .iter()
-            .map(|&t| crate::model::need(&learned.class, &cfg.gpu_types[t], reference))
-            .fold(f64::INFINITY, f64::min);
-        learned.class.demand *= 0.9 / least_need;
-        let kills = |limit: f64| -> Vec<KilledOn> {
-            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-            let at = limit.ceil() as u32;
-            cfg.gpu_types
-                .iter()
-                .map(|g| KilledOn {
-                    gpu_type: g.name.clone(),
-                    share_pct: Some(100),
-                    limit_s: Some(at),
-                })
-                .collect()
-        };
-        let runtime_at = |pct: u8, t: usize| {
-            let gpu = &cfg.gpu_types[t];
-            crate::model::runtime_alone_on(
-                &learned.class,
-                gpu,
-                reference,
-                SharePct::new(pct).expect("valid"),
-                gpu.default_sm_clock,
-                crate::model::ModelParams::of(&cfg),
-            )
-            .0
-        };
-        // A limit a whole GPU of every type keeps, and 63% (50 and the margin) of some does not.
-        let tight = 1.05
-            * types
-                .iter()
-                .map(|&t| runtime_at(100, t))
-                .fold(0.0, f64::max);
-        assert!(
-            types.iter().any(|&t| runtime_at(63, t) > tight),
-            "the kept share must run out of time somewhere for this test to mean anything"
-        );
-        let ask = parse_tres_per_node(Some("gres:mps:50")).expect("ok");
-        let none = Options::default();
-        let decide_at = |limit: f64, idle: usize| {
-            let mut l = learned.clone();
-            l.class.limit_kills = kills(limit);
-            let sub = Submission {
-                time_limit_s: Some(limit),
-                learned: Some(&l),
-                ..Submission::new(ask.as_ref(), &none, "1000")
-            };
-            decide(
-                &cfg,
-                &site,
-                Live {
-                    snapshot: Some(&all_held_but(&cfg, &nodes, idle)),
-                    now_s: 100.0,
-                    max_age_s: 60.0,
-                },
-                &sub,
-            )
-        };
-        // One idle GPU of eight is no quarter: a share that finishes alone keeps its request ...
-        let r = rewrite_of(decide_at(36_000.0, 1));
-        assert_eq!((r.mps_pct, r.own_request), (Some(63), true), "{r:?}");
-        // ... and one that would run out of time gets the whole GPU.
-        let r = rewrite_of(decide_at(tight, 1));
-        assert_eq!(
-            (r.gpus, r.mps_pct, r.own_request),
-            (1, None, false),
-            "{r:?}"
-        );
-        // With none spare, its own request all the same (the kill is its ask's).
-        let r = rewrite_of(decide_at(tight, 0));
-        assert_eq!((r.mps_pct, r.own_request), (Some(63), true), "{r:?}");
-    }
-
-    /// A service whose runs say it finishes within its limit on no type with a share gets a
-    /// whole GPU of its own types, nothing else of heshare's in it and not re-decided; where a
-    /// whole GPU ran out of time too on every type, its request is left as asked.
-    #[test]
-    fn a_share_that_finishes_nowhere_in_time_gets_a_whole_gpu_of_its_types() {
+    fn a_share_that_finishes_nowhere_in_time_is_left_as_asked_with_the_reason() {
         let cfg = resizing();
         let site = local_site(&cfg);
         let reference = &cfg.gpu_types[cfg.reference_gpu];
@@ -2272,105 +1633,16 @@ mod tests {
                 crate::model::alone_runtime(&service.class, &cfg.gpu_types[t], reference).0
             })
             .fold(f64::INFINITY, f64::min);
-        let limit = 0.5 * fastest;
         let ask = parse_tres_per_node(Some("gres:mps:40")).expect("ok");
         let none = Options::default();
-        let sub = |learned| Submission {
-            time_limit_s: Some(limit),
-            learned,
+        let sub = Submission {
+            time_limit_s: Some(0.5 * fastest),
+            learned: Some(&service),
             ..Submission::new(ask.as_ref(), &none, "1000")
         };
-        let r = rewrite_of(decide(&cfg, &site, Live::NONE, &sub(Some(&service))));
-        assert_eq!(
-            (r.tres.as_str(), r.gpus, r.mps_pct, r.own_request),
-            ("gres:gpu:1", 1, None, true),
-            "{r:?}"
-        );
-        assert_own_request_of_profile(&cfg, &r, "heshare: out-of-time share=whole asked=40 ");
+        let v = decide(&cfg, &site, Live::NONE, &sub);
         assert!(
-            r.admin_comment.contains("time limit"),
-            "{}",
-            r.admin_comment
-        );
-        let mut types: Vec<usize> = site.present.iter().map(|&(t, _)| t).collect();
-        types.sort_unstable();
-        let mut offered = r.offered.clone();
-        offered.sort_unstable();
-        assert_eq!(offered, types);
-        // Without a profile the same request is a first run, not this.
-        let first = decide(&cfg, &site, Live::NONE, &sub(None));
-        assert!(
-            !matches!(&first, Verdict::Rewrite(r) if r.admin_comment.contains("out-of-time")),
-            "{first:?}"
-        );
-        // Killed at this limit with a whole GPU on one type: that type is left out.
-        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-        let whole_kill = |t: usize| KilledOn {
-            gpu_type: cfg.gpu_types[t].name.clone(),
-            share_pct: None,
-            limit_s: Some(limit.ceil() as u32),
-        };
-        let one = learned_service(&cfg, vec![whole_kill(types[0])]);
-        let r = rewrite_of(decide(&cfg, &site, Live::NONE, &sub(Some(&one))));
-        assert!(
-            !r.offered.contains(&types[0]) && !r.offered.is_empty(),
-            "{r:?}"
-        );
-        // On every type: nothing a whole GPU would change, so as asked.
-        let all = learned_service(&cfg, types.iter().map(|&t| whole_kill(t)).collect());
-        let v = decide(&cfg, &site, Live::NONE, &sub(Some(&all)));
-        assert!(
-            matches!(&v, Verdict::Annotate(m) if m.ends_with("request left as asked")),
-            "{v:?}"
-        );
-        // With a snapshot: the whole GPU while one of its types is spare, as asked once none is.
-        let nodes = local_nodes(&cfg);
-        let at_with = |cfg: &Config, idle: usize, waiting: f64| {
-            decide(
-                cfg,
-                &site,
-                Live {
-                    snapshot: Some(&held_but_with_queue(cfg, &nodes, idle, waiting)),
-                    now_s: 100.0,
-                    max_age_s: 60.0,
-                },
-                &sub(Some(&service)),
-            )
-        };
-        let at = |idle: usize| at_with(&cfg, idle, 0.0);
-        let r = rewrite_of(at(1));
-        assert!(
-            r.own_request
-                && r.mps_pct.is_none()
-                && r.admin_comment
-                    .starts_with("heshare: out-of-time share=whole")
-                && r.admin_comment.contains("idle beyond the demand waiting"),
-            "{r:?}"
-        );
-        let v = at(0);
-        assert!(
-            matches!(&v, Verdict::Annotate(m) if m.ends_with("request left as asked")),
-            "{v:?}"
-        );
-        // Its own threshold, not the kept share's: a share kept here is a kill for certain,
-        // so one GPU spare beyond the queue is enough where a kept share would want three (two
-        // idle, one waiting).
-        assert!(cfg.profiles.whole_out_of_time_idle.abs() < 1e-12);
-        let r = rewrite_of(at_with(&cfg, 2, 1.0));
-        assert!(r.own_request && r.mps_pct.is_none(), "{r:?}");
-        let mut quarter = cfg.clone();
-        quarter.profiles.whole_out_of_time_idle = 0.25;
-        let v = at_with(&quarter, 2, 1.0);
-        assert!(
-            matches!(&v, Verdict::Annotate(m) if m.ends_with("request left as asked")),
-            "{v:?}"
-        );
-        // A site that turns it off: as asked.
-        let mut off = cfg.clone();
-        off.profiles.whole_out_of_time = false;
-        let v = decide(&off, &site, Live::NONE, &sub(Some(&service)));
-        assert!(
-            matches!(&v, Verdict::Annotate(m) if m.ends_with("request left as asked")),
+            matches!(&v, Verdict::Annotate(m) if m.starts_with("heshare: ") && m.contains("limit") && m.ends_with("request left as asked")),
             "{v:?}"
         );
     }

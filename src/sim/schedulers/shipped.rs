@@ -326,7 +326,6 @@ impl<'w> Shipped<'w> {
                 // What the SPANK environment tells the node helper of the job (nothing of a
                 // request left the user's own).
                 let class = match (&learned, label) {
-                    _ if r.own_request => HintClass::Unknown,
                     (Some(l), _) => HintClass::Learned(std::sync::Arc::new(l.class.clone())),
                     (None, Some(c)) => HintClass::Catalog(c),
                     (None, None) => HintClass::Unknown,
@@ -347,24 +346,8 @@ impl<'w> Shipped<'w> {
                     types: r.offered.clone(),
                     prefer,
                 };
-                // What the snapshot thread reads back of it (AdminComment and the job table);
-                // a first run given a whole GPU, and a request left the user's own with a
-                // wider share, are not re-decided.
-                let placed = (label.is_some() || learned.is_some()) && !r.own_request;
-                if r.own_request {
-                    // More of a GPU than asked and nothing else changed (its types, no clock
-                    // of its own): a kill of it comes from its own request.
-                    self.as_asked.insert(j);
-                    if learned.is_some() && r.mps_pct.is_none() {
-                        self.profiles.stats.whole_for_limit += 1;
-                    } else if learned.is_some() {
-                        self.profiles.stats.kept_shares += 1;
-                    } else {
-                        self.profiles.stats.widened_first_runs += 1;
-                    }
-                } else if !placed {
-                    self.profiles.stats.whole_first_runs += 1;
-                }
+                // What the snapshot thread reads back of it (AdminComment and the job table).
+                let placed = label.is_some() || learned.is_some();
                 let pending = placed.then(|| PendingJob {
                     class: match (label, &learned) {
                         (Some(c), _) => st.cfg.classes[c].name.clone(),
