@@ -74,6 +74,12 @@ const RETIRED: &[(&str, &str, &str)] = &[
          time_value_kwh_per_gpu_hour",
     ),
     (
+        "policy",
+        "no_margin_backlog",
+        "shares are sized with their full margins whatever the queue; the delay a share imposes \
+         on waiting work is priced by placement's cost",
+    ),
+    (
         "profiles",
         "whole_first_runs",
         "a job with neither label nor profile runs as its user asked",
@@ -188,10 +194,6 @@ pub struct PolicyKnobs {
     /// whole GPU (the rest would be too small to be worth its risk).
     #[serde(default = "default_max_auto_share_pct")]
     pub max_auto_share_pct: u8,
-    /// Sizing margins shrink as the demand waiting for a type beyond its idle GPUs grows, and are
-    /// gone when it reaches this fraction of the type's GPUs (0: always full margins).
-    #[serde(default = "default_no_margin_backlog")]
-    pub no_margin_backlog: f64,
     /// A job whose profile says its time limit leaves it less than this fraction over its
     /// runtime alone on a type gets a GPU of its own there: no neighbour, whose contention
     /// varies several-fold from pair to pair, can push it past its limit.
@@ -228,10 +230,6 @@ fn default_limit_headroom() -> f64 {
 
 fn default_contention_worst() -> f64 {
     98.4
-}
-
-fn default_no_margin_backlog() -> f64 {
-    0.0
 }
 
 fn default_max_auto_share_pct() -> u8 {
@@ -625,25 +623,17 @@ impl Config {
     /// The class named `name` as shares and clocks are sized for it on `gpu`: for an inference
     /// class, its demand (or `demand_pct`% of a reference GPU, as its user said) times
     /// (1 + `demand_margin`), and on a type whose speed the catalog did not measure times
-    /// exp(`speed_uncertainty`) as well: an upper end of what it may need there. `margins` in
-    /// 0..=1 scales both (1: all of them; placement lowers it as a type's backlog grows, when
-    /// waiting costs more than the risk). Training classes are as they are.
-    pub fn class_on(
-        &self,
-        name: &str,
-        demand_pct: Option<u8>,
-        gpu: &GpuType,
-        margins: f64,
-    ) -> Option<&JobClass> {
+    /// exp(`speed_uncertainty`) as well: an upper end of what it may need there. Training
+    /// classes are as they are.
+    pub fn class_on(&self, name: &str, demand_pct: Option<u8>, gpu: &GpuType) -> Option<&JobClass> {
         let i = self.classes.iter().position(|c| c.name == name)?;
         let raw = &self.classes[i];
         if raw.kind != JobKind::Inference {
             return Some(raw);
         }
-        let m = margins.clamp(0.0, 1.0);
         let pct = demand_pct.map_or(raw.demand * 100.0, f64::from)
-            * (1.0 + self.policy.demand_margin.max(0.0) * m)
-            * (gpu.speed_uncertainty.max(0.0) * m).exp();
+            * (1.0 + self.policy.demand_margin.max(0.0))
+            * gpu.speed_uncertainty.max(0.0).exp();
         // Clamped to 1..=100 first, so the cast is exact.
         #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
         let pct = pct.ceil().clamp(1.0, 100.0) as usize;
@@ -1283,12 +1273,6 @@ fn validate(raw: RawConfig, errs: &mut Problems) -> Config {
                 .collect::<Vec<_>>()
                 .join(", ")
         ),
-    );
-    check(
-        errs,
-        finite_in(raw.policy.no_margin_backlog, 0.0, 100.0),
-        "policy.no_margin_backlog",
-        format!("{} is outside 0..=100", raw.policy.no_margin_backlog),
     );
     check(
         errs,

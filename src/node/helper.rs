@@ -861,7 +861,7 @@ impl<'a> NodeHelper<'a> {
                 None => j
                     .class
                     .as_deref()
-                    .and_then(|c| self.cfg.class_on(c, j.demand_pct, gpu, 1.0)),
+                    .and_then(|c| self.cfg.class_on(c, j.demand_pct, gpu)),
             })
             .collect();
         let Some(classes) = classes else {

@@ -482,12 +482,11 @@ pub fn sized_class<'a>(
     req: &JobRequest,
     class: &'a JobClass,
     gpu: &GpuType,
-    margins: f64,
 ) -> std::borrow::Cow<'a, JobClass> {
     use std::borrow::Cow;
     if req.learned.is_none() {
         return Cow::Borrowed(
-            cfg.class_on(&req.class, req.demand_pct, gpu, margins)
+            cfg.class_on(&req.class, req.demand_pct, gpu)
                 .unwrap_or(class),
         );
     }
@@ -497,7 +496,7 @@ pub fn sized_class<'a>(
     // Its need where it ran is an upper quantile of its runs already: no demand margin on top
     // (in the simulator it cost whole GPUs to services at high load for no fewer violations).
     let reference = &cfg.gpu_types[cfg.reference_gpu];
-    let m = (gpu.speed_uncertainty.max(0.0) * margins.clamp(0.0, 1.0)).exp();
+    let m = gpu.speed_uncertainty.max(0.0).exp();
     let modelled = crate::model::need(class, gpu, reference);
     let asked = match req.reference_share {
         Some(ShareRequest::Pct(p)) => p.fraction(),
@@ -728,13 +727,10 @@ fn plan_for(
         };
         let before = raw.len();
         let node_gpus = view[slots[0]].node_gpus;
-        let margins = queues
-            .get(*type_idx)
-            .map_or(1.0, |q| q.margins(cfg.policy.no_margin_backlog));
         evaluate(
             cfg,
             job,
-            (sizing, margins),
+            sizing,
             *type_idx,
             jobs,
             place,
@@ -757,7 +753,7 @@ fn plan_for(
             Some(wait) => evaluate(
                 cfg,
                 job,
-                (sizing, q.margins(cfg.policy.no_margin_backlog)),
+                sizing,
                 t,
                 &[],
                 (None, vec![]),
@@ -802,7 +798,7 @@ fn plan_for(
 fn evaluate(
     cfg: &Config,
     job: &Job<'_>,
-    (sizing, margins): (Sizing, f64),
+    sizing: Sizing,
     type_idx: usize,
     jobs: &[&PlacedJob],
     (node, indices): (Option<String>, Vec<u32>),
@@ -814,7 +810,7 @@ fn evaluate(
     let gpu = &cfg.gpu_types[type_idx];
     let reference = &cfg.gpu_types[cfg.reference_gpu];
     // Sized for this type: larger where the catalog's speed here is not measured.
-    let sized = sized_class(cfg, job.req, job.class, gpu, margins);
+    let sized = sized_class(cfg, job.req, job.class, gpu);
     let class: &JobClass = &sized;
     // Within its time limit: no slower here than alone on the type the limit is written for
     // (a learned class: than its limit over its measured runtime here).
@@ -1631,7 +1627,7 @@ mod tests {
             ..JobRequest::new("vit-infer")
         };
         let share = |req: &JobRequest, t: &str| {
-            let sized = sized_class(&cfg, req, &learned, gpu(t), 1.0);
+            let sized = sized_class(&cfg, req, &learned, gpu(t));
             full_speed_share(&sized, gpu(t), reference, step).get()
         };
         // Measured: as its runs said, below the ask.
@@ -1658,7 +1654,7 @@ mod tests {
             ..learned.clone()
         };
         assert!(matches!(
-            sized_class(&cfg, &asked(32), &train, gpu("a100"), 1.0),
+            sized_class(&cfg, &asked(32), &train, gpu("a100")),
             std::borrow::Cow::Borrowed(_)
         ));
     }

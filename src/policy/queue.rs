@@ -37,18 +37,6 @@ impl TypeQueue {
         (-self.spare_gpus()).max(0.0)
     }
 
-    /// How much of the sizing margins (`Config::class_on`) a share on this type keeps: all of
-    /// them while the demand waiting for the type fits its idle GPUs, none once the backlog
-    /// beyond them reaches `no_margin_at` of its GPUs (a job waiting for a safe size would wait
-    /// longer than the risk of a tight one costs), linear in between.
-    pub fn margins(&self, no_margin_at: f64) -> f64 {
-        if self.total_gpus == 0 || no_margin_at <= 0.0 {
-            return 1.0;
-        }
-        let backlog = self.backlog_gpus() / f64::from(self.total_gpus);
-        (1.0 - backlog / no_margin_at).clamp(0.0, 1.0)
-    }
-
     /// Expected seconds before `gpus` GPUs of this type come to a job submitted now, when none is
     /// free for it now: it gets the GPUs that free after those the pending demand takes.
     /// `None` when nothing of this type will free (no GPU held, e.g. every node down).
@@ -84,19 +72,6 @@ mod tests {
             pending_gpus: pending,
             mean_hold_s: 1000.0,
         }
-    }
-
-    #[test]
-    fn margins_shrink_as_the_backlog_grows() {
-        let mut queue = q(&[10.0; 10], 0.0);
-        assert_eq!(queue.margins(0.2), 1.0);
-        queue.pending_gpus = 1.0;
-        assert!((queue.margins(0.2) - 0.5).abs() < 1e-12);
-        queue.pending_gpus = 5.0;
-        assert_eq!(queue.margins(0.2), 0.0);
-        queue.idle_gpus = 5;
-        assert_eq!(queue.margins(0.2), 1.0, "idle GPUs take the demand");
-        assert_eq!(TypeQueue::default().margins(0.2), 1.0, "no queue known");
     }
 
     #[test]

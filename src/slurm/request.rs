@@ -660,17 +660,12 @@ fn place_on(
                     ShareRequest::Exclusive => None,
                     ShareRequest::Pct(p) => Some(p.get()),
                     ShareRequest::Auto => {
-                        // Sized as placement will size it on this type's backlog.
-                        let margins = snap
-                            .view
-                            .queues
-                            .get(t)
-                            .map_or(1.0, |q| q.margins(cfg.policy.no_margin_backlog));
+                        // Sized as placement will size it on this type.
                         let class = match req.learned.as_deref() {
                             Some(c) => c,
                             None => cfg.class(&req.class)?,
                         };
-                        let sized = sized_class(cfg, req, class, gpu, margins);
+                        let sized = sized_class(cfg, req, class, gpu);
                         Some(full_speed_share(&sized, gpu, reference, step).get())
                     }
                 }

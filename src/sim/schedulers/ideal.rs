@@ -227,7 +227,7 @@ pub fn node_helper_clock(
             HintClass::Catalog(c) => {
                 let name = &st.cfg.classes[*c].name;
                 st.cfg
-                    .class_on(name, h.demand_pct, gt, 1.0)
+                    .class_on(name, h.demand_pct, gt)
                     .unwrap_or(&st.cfg.classes[*c])
             }
             HintClass::Learned(c) => {
