@@ -8,7 +8,7 @@
 
 use crate::model::{GpuType, JobClass, JobKind};
 use crate::units::{Mhz, Watts};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -151,117 +151,54 @@ fn strip_retired(src: &str) -> (String, Vec<(String, usize)>) {
     )
 }
 
-/// Energy-vs-time trade-off and sharing rules, the admin's knobs.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
+/// `[policy]`: how heshare decides. Each field's meaning, unit, range and role is defined once,
+/// in [`crate::settings::SETTINGS`]; its default here.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct PolicyKnobs {
-    /// A job may run at most this many times slower than alone on its GPU at the default clock.
     pub slowdown_bound: f64,
-    /// MPS shares are multiples of this percentage.
     pub mps_share_step_pct: u8,
-    /// Whether jobs of different users may share one GPU. NVIDIA MPS serialises different users'
-    /// servers on one GPU, so the model time-slices them when this is on.
     pub allow_cross_user_sharing: bool,
-    /// heshare's site factor stays within ±priority_range (units of Slurm's job priority).
     /// `nice_range`, its name when heshare used nice, is read as the same.
     #[serde(alias = "nice_range")]
     pub priority_range: u32,
-    /// The catalog type on which job classes' reference runtimes and demands are measured.
+    /// No default: `validate` requires a catalog type.
     pub reference_gpu: String,
-    /// Slowdown a job suffers per unit of memory-intensive busy time of its co-located jobs.
     pub contention_kappa: f64,
-    /// At most this many jobs share one GPU (MPS allows 48 clients per GPU on Volta and later).
-    #[serde(default = "default_max_jobs_per_gpu")]
     pub max_jobs_per_gpu: u8,
-    /// Other GPU types whose best score is within this many points (of 100) of the best one's are
-    /// offered to Slurm too, so the job starts on whichever frees first; 0 offers one type.
-    #[serde(default = "default_offer_margin")]
     pub offer_margin: f64,
-    /// Shares and clocks are sized for an inference class's demand times (1 + this): the upper
-    /// end of what a job of the class may really need, so its bound (and time limit) holds
-    /// when the prior errs.
-    #[serde(default = "default_demand_margin")]
     pub demand_margin: f64,
-    /// The GPU type users write their time limits for: `slowest` (the slowest type a job's
-    /// request allows, which plain Slurm could give it) or a catalog type name. heshare never
-    /// offers a type, share or clock on which a job's predicted runtime exceeds its limit so read.
-    #[serde(default = "default_limit_type")]
     pub limit_type: String,
-    /// Of the GPU time several users' contexts share by time-slicing, the part that does work.
-    #[serde(default = "default_time_slice_efficiency")]
     pub time_slice_efficiency: f64,
-    /// The largest share `--gpu-share=auto` sizes on an idle GPU; a job needing more gets the
-    /// whole GPU (the rest would be too small to be worth its risk).
-    #[serde(default = "default_max_auto_share_pct")]
     pub max_auto_share_pct: u8,
-    /// A job whose profile says its time limit leaves it less than this fraction over its
-    /// runtime alone on a type gets a GPU of its own there: no neighbour, whose contention
-    /// varies several-fold from pair to pair, can push it past its limit.
-    #[serde(default = "default_limit_headroom")]
     pub limit_headroom: f64,
-    /// The most sensitive a job may be to its neighbours (`k` in the contention `1 + k * busy`,
-    /// busy their summed busy share of the GPU) where its own runs measured nothing, and the
-    /// most a measurement is taken at: a share heshare sizes itself goes only where its time
-    /// limit holds at that contention with the rest of the GPU's shares busy. 98.4 is Gavel's
-    /// worst co-located V100 pair (Recommendation, batch 512, beside itself: each at 1.6% of
-    /// its speed alone), read as `contention_kappa` is; 0 trusts the sharing model's typical
-    /// pair.
-    #[serde(default = "default_contention_worst")]
     pub contention_worst: f64,
-    /// What an hour of a job's completion time is worth, in kWh at the facility's meter, per GPU
-    /// the job asks for (a share asks for one): placement ranks every option by its facility
-    /// energy plus its completion time (and the delay it imposes on waiting work) at this rate.
-    #[serde(default = "default_time_value_kwh_per_gpu_hour")]
     pub time_value_kwh_per_gpu_hour: f64,
-    /// Whether heshare may give a batch job's explicit `--gres=mps:P` on one GPU another share
-    /// or a whole GPU (a first run's whole GPU or wider share, a profile's sized share, a whole
-    /// GPU where the share would run out of time). Off, a user's request is kept as asked:
-    /// heshare decides only what it leaves open (a type for an untyped GRES, the clock, a
-    /// `--gpu-share` share, the priority). On, Slurm accounts such a job's whole GPU as
-    /// `gres/gpu`, it runs with no MPS thread limit, and its own `srun --gres=mps:Q` steps fail;
-    /// a job whose script launches steps that ask for GRES is never resized.
-    #[serde(default)]
     pub resize_asked_shares: bool,
 }
 
-fn default_limit_headroom() -> f64 {
-    2.0
-}
-
-fn default_contention_worst() -> f64 {
-    98.4
-}
-
-fn default_max_auto_share_pct() -> u8 {
-    90
-}
-
-fn default_time_slice_efficiency() -> f64 {
-    0.8
-}
-
-fn default_limit_type() -> String {
-    "slowest".to_owned()
-}
-
-fn default_demand_margin() -> f64 {
-    0.15
-}
-
-fn default_max_jobs_per_gpu() -> u8 {
-    8
-}
-
-/// What a site pays to own a data-centre GPU for an hour over what it pays for a kWh: about
-/// $15,000 for a GPU and its part of the server, spread over five years, is $0.34 an hour;
-/// industrial electricity is about $0.11 a kWh. Three kWh per GPU-hour: a second of a job's
-/// time is worth about eight times what a busy GPU and its host part draw in that second.
-fn default_time_value_kwh_per_gpu_hour() -> f64 {
-    3.0
-}
-
-fn default_offer_margin() -> f64 {
-    35.0
+impl Default for PolicyKnobs {
+    fn default() -> Self {
+        PolicyKnobs {
+            slowdown_bound: 1.25,
+            mps_share_step_pct: 5,
+            allow_cross_user_sharing: true,
+            priority_range: 100,
+            reference_gpu: String::new(),
+            contention_kappa: 0.334,
+            max_jobs_per_gpu: 8,
+            offer_margin: 35.0,
+            demand_margin: 0.15,
+            limit_type: "slowest".to_owned(),
+            time_slice_efficiency: 0.8,
+            max_auto_share_pct: 90,
+            limit_headroom: 2.0,
+            contention_worst: 98.4,
+            // See `time_value_kwh_per_gpu_hour` in `settings.rs` for the argument.
+            time_value_kwh_per_gpu_hour: 3.0,
+            resize_asked_shares: false,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -345,14 +282,12 @@ struct RawConfig {
 
 /// `[power]`: what the site's power saving makes a decision cost (mirror slurm.conf's
 /// `SuspendTime` and the nodes' real boot time; `check-config --slurm-conf` compares them).
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+/// Each field's meaning, unit, range and role: [`crate::settings::SETTINGS`]; its default:
+/// `Default` below.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct PowerSettings {
-    /// Seconds a powered-down node takes to boot and rejoin: a job Slurm starts on one waits
-    /// this long.
     pub resume_s: f64,
-    /// slurm.conf's `SuspendTime`: a node a job wakes stays on this long after the job ends
-    /// (unless another comes). Unset: power saving off, no node ever sleeps.
     pub suspend_time_s: Option<f64>,
 }
 
@@ -366,22 +301,15 @@ impl Default for PowerSettings {
 }
 
 /// `[live]`: the plugin's snapshot of the running cluster (and the simulator's model of it).
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+/// Each field's meaning, unit, range and role: [`crate::settings::SETTINGS`]; its default:
+/// `Default` below.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct LiveSettings {
-    /// How often the snapshot thread in slurmctld reads the node and job tables.
     pub snapshot_period_s: f64,
-    /// A snapshot older than this is not trusted: decisions fall back to one idle GPU per type
-    /// and say so in the job's AdminComment.
     pub snapshot_max_age_s: f64,
-    /// Re-decide pending jobs heshare placed on each new snapshot, and move those whose offer
-    /// changed.
     pub reroute_pending: bool,
-    /// At most this many pending jobs are re-decided per snapshot (in Slurm's priority order).
-    /// A saturated cluster's queue is longer than a hundred: the jobs behind would keep the
-    /// offer they got at submission, made for a cluster that has moved on.
     pub reroute_max_jobs: u32,
-    /// How often the snapshot thread writes its status line to slurmctld's log.
     pub status_log_period_s: f64,
 }
 
@@ -399,42 +327,23 @@ impl Default for LiveSettings {
 
 /// `[profiles]`: profiles learned from the node helper's accounting records (`heshare profiles
 /// update` builds the store; the plugin reloads it when it changes).
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+/// Each field's meaning, unit, range and role: [`crate::settings::SETTINGS`]; its default:
+/// `Default` below.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ProfileSettings {
-    /// Decide jobs by their profiles (false: every job as without a store).
     pub enabled: bool,
-    /// The store `heshare profiles update` writes and the plugin reads.
     pub store: PathBuf,
-    /// The accounting logs the update reads: paths, with `*` in the file name for one log per
-    /// node in a shared directory (`/shared/heshare/accounting/*.jsonl`).
     pub logs: Vec<String>,
-    /// Runs a profile keeps before it decides.
     pub min_runs: u32,
-    /// The quantile of a job's runs its runtime and need are taken at (the bound and the time
-    /// limit hold for runs slower than most).
     pub quantile: f64,
-    /// Runs count half as much every this many days.
     pub half_life_days: f64,
-    /// Runs kept per key and GPU type (the newest).
     pub max_samples: u32,
-    /// Runs shorter than this teach nothing.
     pub min_runtime_s: f64,
-    /// A label whose class predicts the job's measured power off by more than this factor is
-    /// set aside for the profile.
     pub disagree_factor: f64,
-    /// A profiled job asking `--gres=mps:P` without `--gpu-share` gets a share sized for its
-    /// measured need, as `--gpu-share=auto` sizes a labelled one.
     pub size_shares: bool,
-    /// Runs of one key on one type spread wider than this (90th over 10th percentile of runtime
-    /// or need) are different jobs: the profile does not decide.
     pub max_spread: f64,
-    /// A service whose run filled its share may have needed more: its need is taken this much
-    /// above what it measured.
     pub saturated_margin: f64,
-    /// A shared run says how much busy neighbours slow the job (`[policy] contention_worst`)
-    /// only where the driver measured its neighbours busy for at least this share of the GPU,
-    /// summed over the run: beside idle neighbours it ran as fast as alone whatever it is.
     pub neighbour_min_busy: f64,
 }
 
@@ -483,7 +392,7 @@ impl ProfileSettings {
 }
 
 /// Which GPU control the node helper uses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum BackendChoice {
     /// NVML when it initialises, else the model with a warning.
@@ -496,7 +405,7 @@ pub enum BackendChoice {
 
 /// What the node helper does with an MPS share Slurm puts on a GPU whose MPS server runs for
 /// another user (MPS serves one user per GPU at a time; Slurm does not keep users apart).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum OtherUserShare {
     /// The job runs at once outside MPS: its CUDA client finds no MPS daemon and makes its own
@@ -510,7 +419,7 @@ pub enum OtherUserShare {
 }
 
 /// Whether the node helper may change GPU settings (locked SM clocks, NVML accounting mode).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum GpuSettings {
     /// Lock the clock the sharing optimizer picks, reset it when the GPU empties, and turn NVML
@@ -523,41 +432,26 @@ pub enum GpuSettings {
 }
 
 /// `[node]`: where the node helper (Prolog/Epilog/TaskProlog) keeps its state and logs.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+/// Each field's meaning, unit, range and role: [`crate::settings::SETTINGS`]; its default:
+/// `Default` below.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct NodeSettings {
     pub backend: BackendChoice,
-    /// Per-node state (who shares which GPU, the model GPUs' counters); one subdirectory per
-    /// Slurm node name, so several slurmd on one host keep apart.
     pub state_dir: PathBuf,
-    /// One JSON line per finished job (and per closed idle interval).
     pub accounting_log: PathBuf,
-    /// The MPS control program, by absolute path: the helper runs it as root, so it must be
-    /// root-owned and writable by no one else, nor may its directories be (checked before use).
     pub mps_control: PathBuf,
     /// Where `mps_control` was set (`FILE:LINE`, or `FILE` for the default), for the helper's
     /// errors about it at run time.
     #[serde(skip)]
     pub mps_control_origin: String,
-    /// MPS pipe and log directories get one subdirectory per node and GPU index.
     pub mps_pipe_dir: PathBuf,
     pub mps_log_dir: PathBuf,
-    /// Slurm has no Prolog timeout by default: the helper gives up on a hung command itself.
     pub command_timeout_s: f64,
-    /// The catalog type of this node's GPUs when NVML's device name matches no catalog name or
-    /// alias (V100 16/32 GB, GPUs missing from the catalog, the model backend).
     pub gpu_type: Option<String>,
-    /// The same, per Slurm node name, for one configuration shared by nodes of several types.
     pub node_gpu_types: BTreeMap<String, String>,
-    /// An MPS share that lands beside another user's MPS server: run it time-sliced outside
-    /// MPS at once, or let it wait for that user's jobs to end.
     pub other_user_share: OtherUserShare,
-    /// `manage` (default) or `read-only`: see [`GpuSettings`].
     pub gpu_settings: GpuSettings,
-    /// Directories given to the MPS control daemon as its `LD_LIBRARY_PATH`, for a driver whose
-    /// libraries the dynamic loader does not find by itself (a driver mounted into a container
-    /// under `/usr/local/nvidia/lib64`). Absolute, root-owned and writable by no one else, checked
-    /// before every use: the daemon runs as root. Empty: no `LD_LIBRARY_PATH`.
     pub mps_library_path: Vec<PathBuf>,
 }
 
@@ -694,7 +588,9 @@ impl Config {
                     message: inner.message().trim().to_owned(),
                 }])
             })?;
-        let mut errs = Vec::new();
+        let mut errs = toml::from_str::<toml::Table>(src)
+            .map(|doc| crate::settings::out_of_range(&doc))
+            .unwrap_or_default();
         let mut cfg = validate(raw, &mut errs);
         if errs.is_empty() {
             let doc = toml_edit::ImDocument::parse(src.to_owned()).ok();
@@ -737,6 +633,33 @@ impl Config {
     }
 }
 
+/// Every section's defaults, as TOML values (a setting with no default is absent).
+fn default_table() -> toml::Table {
+    fn section<T: Serialize>(v: &T) -> toml::Value {
+        toml::Value::try_from(v).unwrap_or_else(|_| toml::Value::Table(toml::Table::new()))
+    }
+    let mut t = toml::Table::new();
+    t.insert("policy".into(), section(&PolicyKnobs::default()));
+    t.insert("profiles".into(), section(&ProfileSettings::default()));
+    t.insert("power".into(), section(&PowerSettings::default()));
+    t.insert("live".into(), section(&LiveSettings::default()));
+    t.insert("node".into(), section(&NodeSettings::default()));
+    t
+}
+
+/// The reference page of every setting (`docs/configuration.md`, `heshare settings`): the
+/// definitions of [`crate::settings::SETTINGS`] with the defaults of each section's `Default`.
+pub fn settings_reference() -> String {
+    let defaults = default_table();
+    crate::settings::markdown(
+        &|s| match defaults.get(s.section).and_then(|t| t.get(s.name)) {
+            Some(toml::Value::String(v)) if v.is_empty() => "none: required".to_owned(),
+            Some(v) => format!("`{v}`"),
+            None => "unset".to_owned(),
+        },
+    )
+}
+
 fn line_of_offset(src: &str, offset: usize) -> usize {
     src.as_bytes()[..offset.min(src.len())]
         .iter()
@@ -776,72 +699,6 @@ fn finite_in(v: f64, lo: f64, hi: f64) -> bool {
 
 fn validate(raw: RawConfig, errs: &mut Problems) -> Config {
     let p = &raw.policy;
-    check(
-        errs,
-        finite_in(p.time_value_kwh_per_gpu_hour, 0.0, 1000.0),
-        "policy.time_value_kwh_per_gpu_hour",
-        format!(
-            "{} is outside 0..=1000 (kWh an hour of a one-GPU job's time is worth)",
-            p.time_value_kwh_per_gpu_hour
-        ),
-    );
-    check(
-        errs,
-        finite_in(p.slowdown_bound, 1.0, 100.0),
-        "policy.slowdown_bound",
-        format!(
-            "{} is outside 1..=100 (1 = no slowdown allowed)",
-            p.slowdown_bound
-        ),
-    );
-    check(
-        errs,
-        (1..=50).contains(&p.mps_share_step_pct),
-        "policy.mps_share_step_pct",
-        format!("{} is outside 1..=50", p.mps_share_step_pct),
-    );
-    check(
-        errs,
-        p.priority_range <= 1_000_000,
-        "policy.priority_range",
-        format!("{} is over 1000000", p.priority_range),
-    );
-    check(
-        errs,
-        finite_in(p.contention_kappa, 0.0, 10.0),
-        "policy.contention_kappa",
-        format!("{} is outside 0..=10", p.contention_kappa),
-    );
-    check(
-        errs,
-        finite_in(p.contention_worst, 0.0, 1000.0),
-        "policy.contention_worst",
-        format!("{} is outside 0..=1000", p.contention_worst),
-    );
-    check(
-        errs,
-        (1..=48).contains(&p.max_jobs_per_gpu),
-        "policy.max_jobs_per_gpu",
-        format!(
-            "{} is outside 1..=48 (MPS serves at most 48 clients per GPU)",
-            p.max_jobs_per_gpu
-        ),
-    );
-    check(
-        errs,
-        finite_in(p.limit_headroom, 0.0, 10.0),
-        "policy.limit_headroom",
-        format!(
-            "{} is outside 0..=10 (a fraction of the runtime)",
-            p.limit_headroom
-        ),
-    );
-    check(
-        errs,
-        finite_in(p.offer_margin, 0.0, 100.0),
-        "policy.offer_margin",
-        format!("{} is outside 0..=100 (score points)", p.offer_margin),
-    );
     check(
         errs,
         !raw.gpu.is_empty(),
@@ -1018,8 +875,12 @@ fn validate(raw: RawConfig, errs: &mut Problems) -> Config {
         reference_gpu.is_some(),
         "policy.reference_gpu",
         format!(
-            "\"{}\" is not a [gpu.*] type (known: {})",
-            p.reference_gpu,
+            "{} (known: {})",
+            if p.reference_gpu.is_empty() {
+                "missing: name the [gpu.*] type the job classes are measured on".to_owned()
+            } else {
+                format!("\"{}\" is not a [gpu.*] type", p.reference_gpu)
+            },
             gpu_types
                 .iter()
                 .map(|g| g.name.as_str())
@@ -1147,46 +1008,13 @@ fn validate(raw: RawConfig, errs: &mut Problems) -> Config {
     let l = &raw.live;
     check(
         errs,
-        finite_in(l.snapshot_period_s, 1.0, 3600.0),
-        "live.snapshot_period_s",
-        format!("{} is outside 1..=3600 s", l.snapshot_period_s),
-    );
-    check(
-        errs,
-        finite_in(l.snapshot_max_age_s, l.snapshot_period_s, 86_400.0),
+        l.snapshot_max_age_s.is_nan() || l.snapshot_max_age_s >= l.snapshot_period_s,
         "live.snapshot_max_age_s",
         format!(
-            "{} must be at least snapshot_period_s ({}) and at most 86400 s",
+            "{} is less than snapshot_period_s ({}): every snapshot would be too old",
             l.snapshot_max_age_s, l.snapshot_period_s
         ),
     );
-    check(
-        errs,
-        finite_in(l.status_log_period_s, 1.0, 86_400.0),
-        "live.status_log_period_s",
-        format!("{} is outside 1..=86400 s", l.status_log_period_s),
-    );
-    check(
-        errs,
-        l.reroute_max_jobs <= 100_000,
-        "live.reroute_max_jobs",
-        format!("{} is over 100000", l.reroute_max_jobs),
-    );
-    let w = &raw.power;
-    check(
-        errs,
-        finite_in(w.resume_s, 0.0, 86_400.0),
-        "power.resume_s",
-        format!("{} is outside 0..=86400 s", w.resume_s),
-    );
-    if let Some(t) = w.suspend_time_s {
-        check(
-            errs,
-            finite_in(t, 0.0, 31_536_000.0),
-            "power.suspend_time_s",
-            format!("{t} is outside 0..=31536000 s (leave it out when power saving is off)"),
-        );
-    }
     let pr = &raw.profiles;
     check(
         errs,
@@ -1206,60 +1034,6 @@ fn validate(raw: RawConfig, errs: &mut Problems) -> Config {
             format!("\"{log}\" must be an absolute path, with `*` only in its file name"),
         );
     }
-    check(
-        errs,
-        (1..=1000).contains(&pr.min_runs),
-        "profiles.min_runs",
-        format!("{} is outside 1..=1000", pr.min_runs),
-    );
-    check(
-        errs,
-        finite_in(pr.quantile, 0.5, 1.0),
-        "profiles.quantile",
-        format!("{} is outside 0.5..=1", pr.quantile),
-    );
-    check(
-        errs,
-        finite_in(pr.half_life_days, 0.01, 3650.0),
-        "profiles.half_life_days",
-        format!("{} is outside 0.01..=3650", pr.half_life_days),
-    );
-    check(
-        errs,
-        (1..=1024).contains(&pr.max_samples),
-        "profiles.max_samples",
-        format!("{} is outside 1..=1024", pr.max_samples),
-    );
-    check(
-        errs,
-        finite_in(pr.min_runtime_s, 0.0, 86_400.0),
-        "profiles.min_runtime_s",
-        format!("{} is outside 0..=86400 s", pr.min_runtime_s),
-    );
-    check(
-        errs,
-        finite_in(pr.disagree_factor, 1.0, 100.0),
-        "profiles.disagree_factor",
-        format!("{} is outside 1..=100", pr.disagree_factor),
-    );
-    check(
-        errs,
-        finite_in(pr.max_spread, 1.0, 1000.0),
-        "profiles.max_spread",
-        format!("{} is outside 1..=1000", pr.max_spread),
-    );
-    check(
-        errs,
-        finite_in(pr.saturated_margin, 0.0, 10.0),
-        "profiles.saturated_margin",
-        format!("{} is outside 0..=10", pr.saturated_margin),
-    );
-    check(
-        errs,
-        finite_in(pr.neighbour_min_busy, 0.0, 1.0),
-        "profiles.neighbour_min_busy",
-        format!("{} is outside 0..=1", pr.neighbour_min_busy),
-    );
     let lt = &raw.policy.limit_type;
     check(
         errs,
@@ -1273,24 +1047,6 @@ fn validate(raw: RawConfig, errs: &mut Problems) -> Config {
                 .collect::<Vec<_>>()
                 .join(", ")
         ),
-    );
-    check(
-        errs,
-        (1..=100).contains(&raw.policy.max_auto_share_pct),
-        "policy.max_auto_share_pct",
-        format!("{} is outside 1..=100", raw.policy.max_auto_share_pct),
-    );
-    check(
-        errs,
-        finite_in(raw.policy.time_slice_efficiency, 0.05, 1.0),
-        "policy.time_slice_efficiency",
-        format!("{} is outside 0.05..=1", raw.policy.time_slice_efficiency),
-    );
-    check(
-        errs,
-        finite_in(raw.policy.demand_margin, 0.0, 3.0),
-        "policy.demand_margin",
-        format!("{} is outside 0..=3", raw.policy.demand_margin),
     );
     let demand_classes = classes
         .iter()
@@ -1344,12 +1100,6 @@ fn validate_node(n: &NodeSettings, gpu_types: &[GpuType], errs: &mut Problems) {
             format!("\"{}\" must be an absolute path", dir.display()),
         );
     }
-    check(
-        errs,
-        finite_in(n.command_timeout_s, 0.1, 600.0),
-        "node.command_timeout_s",
-        format!("{} is outside 0.1..=600", n.command_timeout_s),
-    );
     let known = |t: &str| {
         gpu_types.iter().any(|g| {
             g.name.eq_ignore_ascii_case(t) || g.aliases.iter().any(|a| a.eq_ignore_ascii_case(t))
@@ -1934,6 +1684,81 @@ memory_gib = 8
         // Not retired, only misspelt: refused.
         let typo = format!("{SMALL}\n[profiles]\nwhole_share_idel = 0.5\n");
         assert!(parse(&typo).is_err());
+    }
+
+    /// The fields serde reads for one section, from its own unknown-field error.
+    fn fields_of<T: serde::de::DeserializeOwned + std::fmt::Debug>() -> Vec<String> {
+        let err = toml::from_str::<T>("__no_such_setting = 1").expect_err("unknown field");
+        let msg = err.message().to_owned();
+        // "expected `a`", "expected `a` or `b`", "expected one of `a`, `b`, `c`".
+        let list = msg
+            .split("expected ")
+            .nth(1)
+            .unwrap_or_else(|| panic!("{msg}"));
+        list.trim_start_matches("one of ")
+            .split(", ")
+            .flat_map(|f| f.split(" or "))
+            .map(|f| f.trim().trim_matches('`').to_owned())
+            .filter(|f| f != "nice_range")
+            .collect()
+    }
+
+    /// Every field of every section is a setting of the table, and every setting a field: a
+    /// setting cannot be added, renamed or dropped without its definition.
+    #[test]
+    fn every_section_field_is_defined_once_in_the_settings_table() {
+        let sections = [
+            ("policy", fields_of::<PolicyKnobs>()),
+            ("profiles", fields_of::<ProfileSettings>()),
+            ("power", fields_of::<PowerSettings>()),
+            ("live", fields_of::<LiveSettings>()),
+            ("node", fields_of::<NodeSettings>()),
+        ];
+        let mut fields: Vec<String> = sections
+            .iter()
+            .flat_map(|(sec, fs)| fs.iter().map(move |f| format!("{sec}.{f}")))
+            .collect();
+        fields.sort();
+        let mut defined: Vec<String> = crate::settings::SETTINGS
+            .iter()
+            .map(crate::settings::Setting::key)
+            .collect();
+        defined.sort();
+        assert_eq!(fields, defined);
+        // Every default is within its range.
+        let defaults = default_table();
+        assert!(crate::settings::out_of_range(&defaults).is_empty());
+        // The shipped file sets what it sets to the defaults, so that a setting's value is
+        // written once too.
+        let shipped: toml::Table =
+            toml::from_str(crate::cli::BUNDLED_CONFIG).expect("shipped heshare.toml");
+        for s in crate::settings::SETTINGS {
+            if let Some(v) = shipped.get(s.section).and_then(|t| t.get(s.name)) {
+                if s.key() == "policy.reference_gpu" {
+                    continue;
+                }
+                let d = defaults.get(s.section).and_then(|t| t.get(s.name));
+                let same = match (v, d) {
+                    (toml::Value::Integer(a), Some(toml::Value::Float(b))) => {
+                        (*a as f64 - b).abs() < 1e-12
+                    }
+                    (a, Some(b)) => a == b,
+                    (_, None) => false,
+                };
+                assert!(same, "{}: shipped {v} against default {d:?}", s.key());
+            }
+        }
+    }
+
+    /// `docs/configuration.md` is what `heshare settings` prints.
+    #[test]
+    fn the_settings_reference_page_is_not_stale() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/configuration.md");
+        let page = std::fs::read_to_string(path).unwrap_or_default();
+        assert!(
+            page == settings_reference(),
+            "{path} is stale: run `cargo run --release -- settings > docs/configuration.md`"
+        );
     }
 
     #[test]

@@ -14,6 +14,7 @@ pub mod node;
 pub mod policy;
 pub mod profile;
 pub mod report;
+pub mod settings;
 pub mod sim;
 pub mod slurm;
 pub mod units;

@@ -52,6 +52,9 @@ enum Command {
         #[arg(long, value_name = "FILE")]
         slurm_conf: Option<PathBuf>,
     },
+    /// Print the reference of every heshare.toml setting (role, unit, default, range, meaning),
+    /// as docs/configuration.md has it.
+    Settings,
     /// Decide where and how one job should run, and show the ranked candidates.
     Plan(PlanArgs),
     /// Measure decision latency on a cluster view the size of the Alibaba openb cluster.
@@ -189,6 +192,9 @@ pub fn main() -> ExitCode {
         Command::CheckConfig { config, slurm_conf } => {
             check_config(&mut out, &config, slurm_conf.as_deref())
         }
+        Command::Settings => out
+            .write_all(crate::config::settings_reference().as_bytes())
+            .map_err(Into::into),
         Command::Plan(args) => plan(&mut out, &args),
         Command::Bench(args) => {
             load_config(&args.config.config).and_then(|(cfg, _)| bench::run(&mut out, &cfg, &args))
