@@ -20,7 +20,7 @@ use super::state::{
 };
 use crate::config::{BackendChoice, Config, GpuSettings, OtherUserShare};
 use crate::model::{GpuType, JobClass, JobKind, ModelParams, Tenant, predict};
-use crate::policy::{ShareError, ShareJob, ShareParams, ShareSpec, optimize};
+use crate::policy::{ShareError, ShareParams, optimize};
 use crate::units::{Mhz, SharePct, Watts};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -841,61 +841,56 @@ impl<'a> NodeHelper<'a> {
         reference: &GpuType,
         jobs: &[JobOnGpu],
     ) -> (Mhz, Option<String>) {
-        if let Some(j) = jobs.iter().find(|j| j.default_clock) {
-            return (
-                gpu.default_sm_clock,
-                Some(format!(
-                    "job {}'s time limit leaves it too little room here: default clock",
-                    j.job_id
-                )),
-            );
-        }
+        use crate::policy::node_clock::{Stays, Tenant, clock_of, node_clock};
         // Sized for the upper end of what each class may need, as placement sized the shares; a
         // profiled job as its runs measured it (their upper quantile).
         let learned: Vec<Option<JobClass>> = jobs.iter().map(learned_class).collect();
-        let classes: Option<Vec<&JobClass>> = jobs
+        let tenants: Vec<Tenant<'_>> = jobs
             .iter()
             .zip(&learned)
-            .map(|(j, l)| match l {
-                Some(c) => Some(c),
-                None => j
-                    .class
-                    .as_deref()
-                    .and_then(|c| self.cfg.class_on(c, j.demand_pct, gpu)),
-            })
-            .collect();
-        let Some(classes) = classes else {
-            return (
-                gpu.default_sm_clock,
-                Some("a job without a known --gpu-class shares it: default clock".into()),
-            );
-        };
-        let share_jobs: Vec<ShareJob<'_>> = jobs
-            .iter()
-            .zip(&classes)
-            .map(|(j, c)| ShareJob {
-                class: c,
-                share: ShareSpec::Fixed(share_of(j)),
+            .map(|(j, l)| Tenant {
+                class: match l {
+                    Some(c) => Some(c),
+                    None => j
+                        .class
+                        .as_deref()
+                        .and_then(|c| self.cfg.class_on(c, j.demand_pct, gpu)),
+                },
+                share: share_of(j),
                 user: j.uid,
                 bound: j.bound,
+                keeps_default: j.default_clock,
             })
             .collect();
         let params = ShareParams::of(self.cfg);
-        match optimize(gpu, reference, &share_jobs, params) {
-            Ok(plan) => (plan.clock, None),
-            Err(ShareError::BoundViolated {
+        match node_clock(&tenants, |sj| {
+            clock_of(&optimize(gpu, reference, sj, params))
+        }) {
+            Ok(clock) => (clock, None),
+            Err(Stays::LimitTooClose(i)) => (
+                gpu.default_sm_clock,
+                Some(format!(
+                    "job {}'s time limit leaves it too little room here: default clock",
+                    jobs.get(i).map_or("?", |j| j.job_id.as_str())
+                )),
+            ),
+            Err(Stays::Unknown) => (
+                gpu.default_sm_clock,
+                Some("a job without a known --gpu-class shares it: default clock".into()),
+            ),
+            Err(Stays::Optimizer(ShareError::BoundViolated {
                 job,
                 class,
                 slowdown,
                 bound,
-            }) => (
+            })) => (
                 gpu.default_sm_clock,
                 Some(format!(
                     "job {} ({class}) runs {slowdown:.2}x slower than alone even at the fastest clock (bound {bound:.2}x): default clock",
                     jobs.get(job).map_or("?", |j| j.job_id.as_str())
                 )),
             ),
-            Err(e) => (gpu.default_sm_clock, Some(format!("{e}: default clock"))),
+            Err(Stays::Optimizer(e)) => (gpu.default_sm_clock, Some(format!("{e}: default clock"))),
         }
     }
 
@@ -930,37 +925,14 @@ impl<'a> NodeHelper<'a> {
             let model_class = learned
                 .as_ref()
                 .or_else(|| class.as_deref().and_then(|c| self.cfg.class(c)));
-            let bound = job.bound.unwrap_or_else(|| {
-                model_class
-                    .and_then(|c| c.slowdown_bound)
-                    .unwrap_or(self.cfg.policy.slowdown_bound)
-            });
-            // Within the job's time limit (written for the slowest type its request allowed):
-            // no clock that would make it run longer here than alone there.
-            let reference = &self.cfg.gpu_types[self.cfg.reference_gpu];
-            let bound = match (
+            let bound = crate::policy::node_clock::tenant_bound(
+                self.cfg,
+                gpu_type,
                 model_class,
+                job.bound,
                 job.limit_type.as_deref().and_then(|t| self.cfg.gpu_type(t)),
-            ) {
-                (Some(c), Some(slowest)) => bound.min(crate::policy::limit_cap(
-                    c,
-                    gpu_type,
-                    &self.cfg.gpu_types[slowest],
-                    reference,
-                )),
-                _ => bound,
-            };
-            // A profiled job: its learned runtime here, within its limit.
-            let bound = match (&learned, job.time_limit_s) {
-                (Some(c), Some(limit)) => bound.min(
-                    (limit
-                        / crate::model::alone_runtime(c, gpu_type, reference)
-                            .0
-                            .max(1e-9))
-                    .max(1.0),
-                ),
-                _ => bound,
-            };
+                learned.as_ref().zip(job.time_limit_s),
+            );
             let default_clock = match (&learned, job.time_limit_s) {
                 (Some(c), Some(limit)) => {
                     crate::policy::keeps_default_clock(self.cfg, c, gpu_type, limit)

@@ -4,6 +4,7 @@
 
 pub mod cost;
 pub mod groups;
+pub mod node_clock;
 pub mod placement;
 pub mod priority;
 pub mod queue;

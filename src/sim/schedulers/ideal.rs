@@ -6,10 +6,7 @@
 //! share ("auto"); a whole-GPU job keeps whole GPUs. The shipped path is `shipped.rs`.
 
 use super::{Placement, Scheduler, is_share, node_fits_host};
-use crate::policy::{
-    GpuSlot, JobRequest, PlaceContext, ShareJob, ShareParams, ShareRequest, ShareSpec, limit_cap,
-    place_slots,
-};
+use crate::policy::{GpuSlot, JobRequest, PlaceContext, ShareParams, ShareRequest, place_slots};
 use crate::sim::engine::State;
 use crate::units::{Mhz, SharePct};
 use rustc_hash::FxHashMap;
@@ -218,53 +215,35 @@ pub fn node_helper_clock(
 ) -> Mhz {
     let g = &st.gpus[gpu];
     let gt = &st.cfg.gpu_types[g.gpu_type];
-    let reference = &st.cfg.gpu_types[st.cfg.reference_gpu];
+    use crate::policy::node_clock::{Tenant, clock_of, node_clock, tenant_bound};
     let none = Hints::default();
-    let mut jobs: Vec<ShareJob<'_>> = Vec::with_capacity(g.jobs.len());
+    let mut tenants: Vec<Tenant<'_>> = Vec::with_capacity(g.jobs.len());
     for &j in &g.jobs {
         let h = hints.get(&j).unwrap_or(&none);
-        let class = match &h.class {
+        // As the plugin's SPANK environment tells the node helper of the job: the class it is
+        // predicted with (a catalog class sized as placement sized it), the one its bound is
+        // read against, and a profile's with its time limit.
+        let (class, model, learned) = match &h.class {
             HintClass::Catalog(c) => {
-                let name = &st.cfg.classes[*c].name;
-                st.cfg
-                    .class_on(name, h.demand_pct, gt)
-                    .unwrap_or(&st.cfg.classes[*c])
+                let raw = &st.cfg.classes[*c];
+                let sized = st.cfg.class_on(&raw.name, h.demand_pct, gt).unwrap_or(raw);
+                (Some(sized), Some(raw), None)
             }
-            HintClass::Learned(c) => {
-                // Too little room in its time limit to trust a lower clock here: the default.
-                if h.limit_s
-                    .is_some_and(|l| crate::policy::keeps_default_clock(st.cfg, c, gt, l))
-                {
-                    return gt.default_sm_clock;
-                }
-                c.as_ref()
-            }
-            // A job the helper knows nothing of shares the GPU: the default clock.
-            HintClass::Unknown => return gt.default_sm_clock,
+            HintClass::Learned(c) => (Some(c.as_ref()), Some(c.as_ref()), Some(c.as_ref())),
+            HintClass::Unknown => (None, None, None),
         };
-        jobs.push({
-            let bound = class.slowdown_bound.unwrap_or(st.cfg.policy.slowdown_bound);
-            let bound = h.limit_type.map_or(bound, |s| {
-                bound.min(limit_cap(class, gt, &st.cfg.gpu_types[s], reference))
-            });
-            let bound = h.limit_s.map_or(bound, |l| {
-                bound.min(
-                    (l / crate::model::alone_runtime(class, gt, reference)
-                        .0
-                        .max(1e-9))
-                    .max(1.0),
-                )
-            });
-            ShareJob {
-                class,
-                share: ShareSpec::Fixed(st.jobs[j].share),
-                user: st.jobs[j].user,
-                bound,
-            }
+        let learned_limit = learned.zip(h.limit_s);
+        tenants.push(Tenant {
+            class,
+            share: st.jobs[j].share,
+            user: st.jobs[j].user,
+            bound: tenant_bound(st.cfg, gt, model, None, h.limit_type, learned_limit),
+            keeps_default: learned_limit
+                .is_some_and(|(c, l)| crate::policy::keeps_default_clock(st.cfg, c, gt, l)),
         });
     }
-    ctx.optimize(st.cfg, g.gpu_type, &jobs, params)
-        .as_ref()
-        .as_ref()
-        .map_or(gt.default_sm_clock, |p| p.clock)
+    node_clock(&tenants, |jobs| {
+        clock_of(&ctx.optimize(st.cfg, g.gpu_type, jobs, params))
+    })
+    .unwrap_or(gt.default_sm_clock)
 }

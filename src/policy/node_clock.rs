@@ -1,0 +1,181 @@
+//! The SM clock the node helper locks a GPU at for the jobs on it, and each job's slowdown bound
+//! there: the functions the node helper runs in its Prolog and Epilog, and the simulator runs for
+//! heshare, so that what the simulator grades is what a node does. Pure: no I/O.
+
+use crate::config::Config;
+use crate::model::{GpuType, JobClass, alone_runtime};
+use crate::policy::placement::limit_cap;
+use crate::policy::share::{ShareError, ShareJob, SharePlan, ShareSpec};
+use crate::units::{Mhz, SharePct};
+
+/// The slowdown a job may have on `gpu`: `explicit` (the bound placement decided, which the
+/// plugin passes to the node helper) or its class's or the site's, no more than keeps it within
+/// a time limit written for `limit_type` (`model`, the class it is predicted with, running alone
+/// there), and for a profiled job no more than `limit_s` over its learned runtime here.
+pub fn tenant_bound(
+    cfg: &Config,
+    gpu: &GpuType,
+    model: Option<&JobClass>,
+    explicit: Option<f64>,
+    limit_type: Option<usize>,
+    learned_limit: Option<(&JobClass, f64)>,
+) -> f64 {
+    let reference = &cfg.gpu_types[cfg.reference_gpu];
+    let bound = explicit.unwrap_or_else(|| {
+        model
+            .and_then(|c| c.slowdown_bound)
+            .unwrap_or(cfg.policy.slowdown_bound)
+    });
+    let bound = match (model, limit_type.and_then(|t| cfg.gpu_types.get(t))) {
+        (Some(c), Some(slowest)) => bound.min(limit_cap(c, gpu, slowest, reference)),
+        _ => bound,
+    };
+    match learned_limit {
+        Some((c, limit)) => {
+            bound.min((limit / alone_runtime(c, gpu, reference).0.max(1e-9)).max(1.0))
+        }
+        None => bound,
+    }
+}
+
+/// What the node helper knows of one job on a GPU.
+#[derive(Debug, Clone, Copy)]
+pub struct Tenant<'a> {
+    /// The class it is predicted with here (a catalog class as placement sized it, a profile as
+    /// learned); `None`: nothing is known of it.
+    pub class: Option<&'a JobClass>,
+    pub share: SharePct,
+    pub user: u32,
+    pub bound: f64,
+    /// Its time limit leaves too little room to trust a lower clock here
+    /// (`placement::keeps_default_clock`).
+    pub keeps_default: bool,
+}
+
+/// Why a GPU stays at its default clock.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Stays {
+    /// Tenant `i`'s time limit leaves it too little room here.
+    LimitTooClose(usize),
+    /// A tenant the helper knows nothing of shares the GPU.
+    Unknown,
+    /// The sharing optimizer found no clock keeping every bound.
+    Optimizer(ShareError),
+}
+
+/// The clock to lock `gpu` at for `tenants` (all of the GPU's jobs), or why it stays at its
+/// default. `optimize` is the sharing optimizer (`share::optimize`, or placement's cached copy
+/// of it).
+pub fn node_clock(
+    tenants: &[Tenant<'_>],
+    optimize: impl FnOnce(&[ShareJob<'_>]) -> Result<Mhz, ShareError>,
+) -> Result<Mhz, Stays> {
+    if let Some(i) = tenants.iter().position(|t| t.keeps_default) {
+        return Err(Stays::LimitTooClose(i));
+    }
+    let jobs: Option<Vec<ShareJob<'_>>> = tenants
+        .iter()
+        .map(|t| {
+            t.class.map(|class| ShareJob {
+                class,
+                share: ShareSpec::Fixed(t.share),
+                user: t.user,
+                bound: t.bound,
+            })
+        })
+        .collect();
+    let jobs = jobs.ok_or(Stays::Unknown)?;
+    optimize(&jobs).map_err(Stays::Optimizer)
+}
+
+/// `optimize`'s answer as `node_clock` takes it.
+pub fn clock_of(plan: &Result<SharePlan, ShareError>) -> Result<Mhz, ShareError> {
+    plan.as_ref().map(|p| p.clock).map_err(Clone::clone)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::BUNDLED_CONFIG;
+    use crate::policy::share::{ShareParams, optimize};
+    use std::path::Path;
+
+    fn cfg() -> Config {
+        Config::parse(BUNDLED_CONFIG, Path::new("h.toml")).expect("valid")
+    }
+
+    #[test]
+    fn a_tenant_too_close_to_its_limit_or_unknown_keeps_the_default_clock() {
+        let cfg = cfg();
+        let t = cfg.gpu_type("a100").expect("a100");
+        let gpu = &cfg.gpu_types[t];
+        let reference = &cfg.gpu_types[cfg.reference_gpu];
+        let class = cfg.class("resnet50-train").expect("class");
+        let params = ShareParams::of(&cfg);
+        let run = |tenants: &[Tenant<'_>]| {
+            node_clock(tenants, |jobs| {
+                clock_of(&optimize(gpu, reference, jobs, params))
+            })
+        };
+        let known = Tenant {
+            class: Some(class),
+            share: SharePct::FULL,
+            user: 1,
+            bound: 1.25,
+            keeps_default: false,
+        };
+        let clock = run(&[known]).expect("a clock");
+        assert!(clock <= gpu.default_sm_clock, "{clock:?}");
+        assert_eq!(
+            run(&[
+                known,
+                Tenant {
+                    keeps_default: true,
+                    ..known
+                }
+            ]),
+            Err(Stays::LimitTooClose(1))
+        );
+        assert_eq!(
+            run(&[
+                known,
+                Tenant {
+                    class: None,
+                    ..known
+                }
+            ]),
+            Err(Stays::Unknown)
+        );
+    }
+
+    #[test]
+    fn the_bound_is_the_tighter_of_the_class_and_the_time_limit() {
+        let cfg = cfg();
+        let a100 = &cfg.gpu_types[cfg.gpu_type("a100").expect("a100")];
+        let reference = &cfg.gpu_types[cfg.reference_gpu];
+        let class = cfg.class("resnet50-train").expect("class");
+        assert!((tenant_bound(&cfg, a100, Some(class), None, None, None) - 1.25).abs() < 1e-12);
+        assert!((tenant_bound(&cfg, a100, Some(class), Some(2.0), None, None) - 2.0).abs() < 1e-12);
+        // A limit 1.1x its runtime alone here holds it to 1.1x.
+        let alone = alone_runtime(class, a100, reference).0;
+        let b = tenant_bound(
+            &cfg,
+            a100,
+            Some(class),
+            None,
+            None,
+            Some((class, 1.1 * alone)),
+        );
+        assert!((b - 1.1).abs() < 1e-9, "{b}");
+        // Never below running alone.
+        let b = tenant_bound(
+            &cfg,
+            a100,
+            Some(class),
+            None,
+            None,
+            Some((class, 0.5 * alone)),
+        );
+        assert!((b - 1.0).abs() < 1e-12, "{b}");
+    }
+}
