@@ -107,6 +107,7 @@ mod tests {
     fn cand(energy: f64, runtime: f64, wait: f64, gpus: u32) -> Candidate {
         Candidate {
             gpu_type: "a100".into(),
+            type_idx: 0,
             node: None,
             gpu_indices: vec![],
             gpus,

@@ -192,6 +192,9 @@ impl ClusterView {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Candidate {
     pub gpu_type: String,
+    /// Index of `gpu_type` in the catalog, so that ranking never looks a name up.
+    #[serde(skip)]
+    pub type_idx: usize,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub node: Option<String>,
     /// The GPU indices on `node` (one per GPU the job gets).
@@ -776,7 +779,7 @@ fn plan_for(
 
     // Stage 3: one cost for every option, ranked.
     for c in &mut raw {
-        let q = cfg.gpu_type(&c.gpu_type).and_then(|t| queues.get(t));
+        let q = queues.get(c.type_idx);
         c.imposed_delay_s = cost::imposed_delay_s(c, q);
         c.cost_j = cost::cost_j(c, job.exchange);
     }
@@ -1018,6 +1021,7 @@ fn evaluate(
         let s = sizing.scale;
         out.push(Candidate {
             gpu_type: gpu.name.clone(),
+            type_idx,
             node: node.clone(),
             gpu_indices: indices.clone(),
             gpus,
@@ -1066,7 +1070,7 @@ fn decide(cfg: &Config, cands: &[Candidate], job: &Job<'_>, quiet: bool) -> Deci
     for c in cands {
         if c.exclusive == best.exclusive
             && c.score >= best.score - cfg.policy.offer_margin
-            && !offered.iter().any(|o| o.gpu_type == c.gpu_type)
+            && !offered.iter().any(|o| o.type_idx == c.type_idx)
         {
             offered.push(c);
         }
