@@ -1,10 +1,15 @@
-//! The Slurm integration: the decision logic of the `job_submit/heshare` plugin (pure, in
-//! `request`), what a user's request promises and heshare may change of it (pure, in
-//! `contract`), the plugin's picture of the live cluster (pure, in `snapshot`) and, when built
-//! against the Slurm headers, the C-ABI entry points slurmctld loads and the snapshot thread.
+//! The Slurm integration: what a job asks (TRES strings and SPANK options, pure, in `ask`), the
+//! decision translated into a job description change (pure, in `request`), heshare's part of
+//! AdminComment (pure, in `admin_comment`), re-deciding pending jobs (pure, in `revisit`), what
+//! a user's request promises and heshare may change of it (pure, in `contract`), the plugin's
+//! picture of the live cluster (pure, in `snapshot`) and, when built against the Slurm headers,
+//! the C-ABI entry points slurmctld loads and the snapshot thread.
 
+pub mod admin_comment;
+pub mod ask;
 pub mod contract;
 pub mod request;
+pub mod revisit;
 pub mod snapshot;
 
 #[cfg(slurm_headers)]

@@ -1,5 +1,5 @@
-//! What the job_submit plugin decides, as pure functions: read a job's GPU request (the TRES
-//! strings Slurm hands the plugin) and its heshare SPANK options, place it on the plugin's view of
+//! What the job_submit plugin decides, as pure functions: given a job's GPU request and heshare
+//! options (read in `ask`), place it on the plugin's view of
 //! the cluster (the live snapshot when a fresh one exists, else one idle GPU per type), and say how
 //! the job description should change. The FFI layer only copies strings in and out; the
 //! simulator calls the same `decide` and follows the same `Rewrite`.
@@ -13,7 +13,13 @@
 //! 22.05 a pending job's GPU type cannot be changed: the type in TRES stays required beside the
 //! new one, and the job never runs). Where nodes lack the features the GRES names the one type.
 
+pub use super::admin_comment::{Decided, merge_admin_comment, read_admin_comment};
+use super::ask::parse_energy_policy;
+pub use super::ask::{
+    AskError, GpuAsk, Options, TresForm, parse_gpu_request, parse_options, parse_tres_per_node,
+};
 use super::contract;
+pub use super::revisit::{PendingJob, Revisit, revisit};
 use super::snapshot::Snapshot;
 use crate::config::Config;
 use crate::model::full_speed_share;
@@ -23,164 +29,6 @@ use crate::policy::{
 };
 use crate::profile::Learned;
 use crate::units::SharePct;
-
-/// How the running Slurm spells GRES in TRES strings: `gres:gpu:1` up to 23.02, `gres/gpu:1`
-/// from 23.11 (DESIGN fact 3). Written back in the form it came in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TresForm {
-    Colon,
-    Slash,
-}
-
-impl TresForm {
-    fn prefix(self) -> &'static str {
-        match self {
-            TresForm::Colon => "gres:",
-            TresForm::Slash => "gres/",
-        }
-    }
-}
-
-/// A job's GPU request as Slurm passed it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GpuAsk {
-    pub gpus: u32,
-    pub gpu_type: Option<String>,
-    /// `--gres=mps:PCT`.
-    pub mps_pct: Option<u32>,
-    pub form: TresForm,
-    /// The other TRES entries of the same field, kept as they were.
-    pub others: Vec<String>,
-    /// Asked per job (`--gpus=N`, tres_per_job) rather than per node (`--gres`, tres_per_node).
-    pub per_job: bool,
-}
-
-impl GpuAsk {
-    /// The request as asked, for a job's profile key: `gpu:1`, `gpu:a100:2`, `mps:30`,
-    /// `gpus:4` (per job).
-    pub fn request_string(&self) -> String {
-        let kind = match (self.mps_pct, self.per_job) {
-            (Some(_), _) => "mps",
-            (None, true) => "gpus",
-            (None, false) => "gpu",
-        };
-        let n = self.mps_pct.unwrap_or(self.gpus);
-        match &self.gpu_type {
-            Some(t) => format!("{kind}:{t}:{n}"),
-            None => format!("{kind}:{n}"),
-        }
-    }
-}
-
-/// Why a GPU request is not one heshare decides for.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum AskError {
-    /// A malformed entry; Slurm will say what is wrong with it.
-    Unreadable(String),
-    /// Readable, but not one GPU request heshare can rewrite (several GPU entries, e.g. two
-    /// types at once): left exactly as asked, with this reason.
-    Inexpressible(String),
-}
-
-/// heshare's SPANK options as they reach job_submit in spank_job_env.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Options {
-    pub gpu_share: Option<String>,
-    pub gpu_class: Option<String>,
-    pub energy_policy: Option<String>,
-}
-
-/// Reads `tres_per_node` (`gres:gpu:a100:2`, `gres:mps:30`, `gres/gpu:1`, with other entries
-/// separated by `,` or `;`). `Ok(None)`: no GPU asked for.
-pub fn parse_tres_per_node(tres: Option<&str>) -> Result<Option<GpuAsk>, AskError> {
-    let Some(tres) = tres.filter(|t| !t.trim().is_empty()) else {
-        return Ok(None);
-    };
-    let mut asks: Vec<GpuAsk> = Vec::new();
-    let mut others = Vec::new();
-    for entry in tres
-        .split([',', ';'])
-        .map(str::trim)
-        .filter(|e| !e.is_empty())
-    {
-        let (form, rest) = if let Some(r) = entry.strip_prefix("gres:") {
-            (TresForm::Colon, r)
-        } else if let Some(r) = entry.strip_prefix("gres/") {
-            (TresForm::Slash, r)
-        } else {
-            others.push(entry.to_owned());
-            continue;
-        };
-        let parts: Vec<&str> = rest.split([':', '=']).collect();
-        let count = |s: &str| {
-            s.parse::<u32>()
-                .map_err(|_| AskError::Unreadable(format!("cannot read the count in \"{entry}\"")))
-        };
-        let (gpus, gpu_type, mps_pct) = match parts.as_slice() {
-            ["gpu", n] => (count(n)?, None, None),
-            ["gpu", t, n] => (count(n)?, Some((*t).to_owned()), None),
-            ["mps", n] => (1, None, Some(count(n)?)),
-            ["mps", t, n] => (1, Some((*t).to_owned()), Some(count(n)?)),
-            _ => {
-                others.push(entry.to_owned());
-                continue;
-            }
-        };
-        asks.push(GpuAsk {
-            gpus,
-            gpu_type,
-            mps_pct,
-            form,
-            others: vec![],
-            per_job: false,
-        });
-    }
-    match asks.len() {
-        0 => Ok(None),
-        1 => Ok(asks.pop().map(|a| GpuAsk { others, ..a })),
-        _ => Err(AskError::Inexpressible(format!(
-            "the request \"{tres}\" names {} GPU entries; heshare rewrites one GPU request only",
-            asks.len()
-        ))),
-    }
-}
-
-/// Reads the job's GPU request: `tres_per_node` (`--gres`) first, else `tres_per_job`
-/// (`--gpus=N`, whole GPUs only).
-pub fn parse_gpu_request(
-    tres_per_node: Option<&str>,
-    tres_per_job: Option<&str>,
-) -> Result<Option<GpuAsk>, AskError> {
-    if let Some(a) = parse_tres_per_node(tres_per_node)? {
-        return Ok(Some(a));
-    }
-    Ok(parse_tres_per_node(tres_per_job)?
-        .filter(|a| a.mps_pct.is_none())
-        .map(|a| GpuAsk { per_job: true, ..a }))
-}
-
-const SPANK_PREFIX: &str = "_SLURM_SPANK_OPTION_heshare_";
-
-/// Reads heshare's options from spank_job_env entries (`_SLURM_SPANK_OPTION_heshare_gpu_share=auto`).
-pub fn parse_options<'a>(env: impl IntoIterator<Item = &'a str>) -> Options {
-    let mut o = Options::default();
-    for e in env {
-        let Some(rest) = e.strip_prefix(SPANK_PREFIX) else {
-            continue;
-        };
-        let Some((k, v)) = rest.split_once('=') else {
-            continue;
-        };
-        let v = Some(v.to_owned());
-        match k {
-            "gpu_share" => o.gpu_share = v,
-            "gpu_class" => o.gpu_class = v,
-            "energy_policy" => o.energy_policy = v,
-            _ => {}
-        }
-    }
-    o
-}
 
 /// What slurm.conf says of the cluster, read at the plugin's init.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -210,7 +58,7 @@ impl Live<'_> {
         max_age_s: 0.0,
     };
 
-    fn fresh(&self) -> Option<&Snapshot> {
+    pub(crate) fn fresh(&self) -> Option<&Snapshot> {
         self.snapshot
             .filter(|s| self.now_s - s.taken_at_s <= self.max_age_s)
     }
@@ -584,18 +432,6 @@ fn learned_rewrite(
     ));
 }
 
-fn parse_energy_policy(p: Option<&str>) -> Result<Option<EnergyPolicy>, String> {
-    match p {
-        None => Ok(None),
-        Some("performance") => Ok(Some(EnergyPolicy::Performance)),
-        Some("balanced") => Ok(Some(EnergyPolicy::Balanced)),
-        Some("energy") => Ok(Some(EnergyPolicy::Energy)),
-        Some(other) => Err(format!(
-            "heshare: --energy-policy: \"{other}\" is not performance, balanced or energy"
-        )),
-    }
-}
-
 /// The types the job may be placed on: those with a node big enough, narrowed to the user's own
 /// type if they named one. `Err`: a note for a request left as asked.
 /// The catalog types of a constraint that is nothing but an OR of GPU type names (`a100|t4`,
@@ -825,230 +661,8 @@ fn rewrite(
     r
 }
 
-/// AdminComment with heshare's part replaced or appended: what an admin or an earlier
-/// job_submit plugin wrote stays. Parts are separated by " | ".
-pub fn merge_admin_comment(existing: Option<&str>, ours: &str) -> String {
-    let mut parts: Vec<&str> = existing
-        .unwrap_or("")
-        .split(" | ")
-        .map(str::trim)
-        .filter(|p| !p.is_empty() && !p.starts_with("heshare:"))
-        .collect();
-    parts.push(ours);
-    parts.join(" | ")
-}
-
-/// What the snapshot thread knows of a pending job heshare placed (from Slurm's job table and the
-/// job's AdminComment), enough to place it again.
-#[derive(Debug, Clone, PartialEq)]
-pub struct PendingJob {
-    pub class: String,
-    pub user: String,
-    pub gpus: u32,
-    pub mps_pct: Option<u8>,
-    pub energy_policy: Option<EnergyPolicy>,
-    pub time_limit_s: Option<f64>,
-    pub cpus: Option<u32>,
-    pub memory_mib: Option<u64>,
-    /// The types its features offer now, best first; for a job whose GRES names its type (which
-    /// heshare never moves), that type alone.
-    pub offered: Vec<usize>,
-    pub form: TresForm,
-    /// Whether its GRES is untyped and its types are features, so that a new offer can move it.
-    pub movable: bool,
-    /// The share its user's GRES asked at submission and the need the user gave, from
-    /// AdminComment (`None` for a job decided before heshare recorded them: never re-priced).
-    pub asked: Option<ShareRequest>,
-    pub demand_pct: Option<u8>,
-    /// heshare's site factor on the job now; `None` when the job's site factor is not the one
-    /// heshare set (an operator changed it), which heshare then leaves alone.
-    pub site_factor: Option<i32>,
-    /// The profile it was placed with, as the current store gives it (looked up again by the
-    /// caller from the key in AdminComment); `None`: decided by its class alone.
-    pub learned: Option<Learned>,
-}
-
-/// heshare's part of an AdminComment, read back.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Decided {
-    pub class: String,
-    pub policy: Option<EnergyPolicy>,
-    /// Offered types, best first.
-    pub types: Vec<usize>,
-    /// The type the job's time limit was taken to be written for.
-    pub limit_type: Option<usize>,
-    /// The share its user's GRES asked (`asked=P` or `asked=whole`), the need the user gave
-    /// (`demand=P`) and the site factor heshare set (`site=+N`).
-    pub asked: Option<ShareRequest>,
-    pub demand_pct: Option<u8>,
-    pub site_factor: Option<i32>,
-    /// The profile key it was placed with (`profile=KEY`).
-    pub profile: Option<crate::profile::ProfileKey>,
-}
-
-/// Reads heshare's part of an AdminComment back (see [`Decided`]). `None` if heshare did not
-/// place the job.
-pub fn read_admin_comment(cfg: &Config, comment: &str) -> Option<Decided> {
-    let ours = comment
-        .split(" | ")
-        .map(str::trim)
-        .find(|p| p.starts_with("heshare: type="))?;
-    let mut class = None;
-    let mut policy = None;
-    let mut types = Vec::new();
-    let mut prefer = None;
-    let mut limit_type = None;
-    let mut asked = None;
-    let mut demand_pct = None;
-    let mut site_factor = None;
-    let mut profile = None;
-    for w in ours.split_whitespace() {
-        if let Some(v) = w.strip_prefix("profile=") {
-            profile = crate::profile::ProfileKey::parse(v);
-        } else if let Some(v) = w.strip_prefix("asked=") {
-            asked = if v == "whole" {
-                Some(ShareRequest::Exclusive)
-            } else {
-                v.parse::<u8>()
-                    .ok()
-                    .and_then(SharePct::new)
-                    .map(ShareRequest::Pct)
-            };
-        } else if let Some(v) = w.strip_prefix("demand=") {
-            demand_pct = v.parse::<u8>().ok().filter(|p| (1..=100).contains(p));
-        } else if let Some(v) = w.strip_prefix("site=") {
-            site_factor = v.parse::<i32>().ok();
-        } else if let Some(v) = w.strip_prefix("class=") {
-            class = Some(v.to_owned());
-        } else if let Some(v) = w.strip_prefix("limit=") {
-            limit_type = cfg.gpu_type(v);
-        } else if let Some(v) = w.strip_prefix("policy=") {
-            policy = parse_energy_policy(Some(v)).ok().flatten();
-        } else if let Some(v) = w.strip_prefix("type=") {
-            types = v.split('|').filter_map(|t| cfg.gpu_type(t)).collect();
-        } else if let Some(v) = w.strip_prefix("prefer=") {
-            prefer = cfg.gpu_type(v);
-        } else if w.starts_with("reason=") {
-            break;
-        }
-    }
-    if let Some(p) = prefer {
-        types.retain(|&t| t != p);
-        types.insert(0, p);
-    }
-    Some(Decided {
-        class: class?,
-        policy,
-        types,
-        limit_type,
-        asked,
-        demand_pct,
-        site_factor,
-        profile,
-    })
-}
-
-/// What re-deciding a pending job on a newer view asks Slurm to change.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Revisit {
-    /// The decision on the newer view (its features, preference and AdminComment).
-    pub rewrite: Rewrite,
-    /// The types it should be offered differ from those it is offered now (a set or a best
-    /// type that changed): its features and preference change. Only for a movable job.
-    pub moved: bool,
-    /// heshare's site factor for it changed: the energy its offer costs against its request as
-    /// asked is not what it was when the factor was set.
-    pub repriced: bool,
-}
-
-/// Re-decides a pending job on a newer view. `Some` when Slurm should change something: the
-/// offer (a movable job only: the share size and the kind of request stay as Slurm holds them,
-/// and a job whose GRES names its type is never moved) or the site factor.
-pub fn revisit(
-    cfg: &Config,
-    site: &Site,
-    live: Live<'_>,
-    job: &PendingJob,
-    ctx: &mut PlaceContext,
-) -> Option<Revisit> {
-    live.fresh()?;
-    let typed = (!job.movable)
-        .then(|| job.offered.first().copied())
-        .flatten();
-    if !job.movable && typed.is_none() {
-        return None;
-    }
-    let ask = GpuAsk {
-        gpus: job.gpus,
-        gpu_type: typed.map(|t| cfg.gpu_types[t].name.clone()),
-        mps_pct: job.mps_pct.map(u32::from),
-        form: job.form,
-        others: vec![],
-        per_job: false,
-    };
-    let opts = Options {
-        gpu_share: Some(match job.mps_pct {
-            Some(p) => p.to_string(),
-            None => "exclusive".into(),
-        }),
-        // A decision named after a learned family (`training`, `inference`) has no class.
-        gpu_class: cfg.class(&job.class).map(|_| job.class.clone()),
-        energy_policy: job.energy_policy.map(|p| {
-            match p {
-                EnergyPolicy::Performance => "performance",
-                EnergyPolicy::Balanced => "balanced",
-                EnergyPolicy::Energy => "energy",
-            }
-            .to_owned()
-        }),
-    };
-    let sub = Submission {
-        time_limit_s: job.time_limit_s,
-        cpus: job.cpus,
-        memory_mib: job.memory_mib,
-        // Priced against the request as its user asked it, not as heshare rewrote it.
-        asked: job.asked,
-        demand_pct: job.demand_pct,
-        learned: job.learned.as_ref(),
-        ..Submission::new(Some(&ask), &opts, &job.user)
-    };
-    let Verdict::Rewrite(mut r) = decide_with(cfg, site, live, &sub, ctx) else {
-        return None;
-    };
-    // Slurm changes a pending job's features, not its GRES: a decision that holds only with
-    // another share (a whole GPU where its time limit leaves no room to share, say) cannot be
-    // carried out, and following its types would start the job with the old share where the
-    // new decision said it must not run shared. It keeps the decision it has.
-    if r.mps_pct != job.mps_pct || r.gpus != job.gpus {
-        return None;
-    }
-    let moved = job.movable && r.features.is_some() && {
-        let mut a = r.offered.clone();
-        let mut b = job.offered.clone();
-        a.sort_unstable();
-        b.sort_unstable();
-        a != b || r.offered.first() != job.offered.first()
-    };
-    // Without the request as asked there is no yardstick: such a job keeps its factor.
-    let repriced = job.asked.is_some() && job.site_factor.is_some_and(|f| f != r.site_factor);
-    if !repriced {
-        if let Some(f) = job.site_factor {
-            r.site_factor = f;
-        }
-    }
-    if !moved {
-        r.features = None;
-        r.prefer = None;
-    }
-    (moved || repriced).then_some(Revisit {
-        rewrite: r,
-        moved,
-        repriced,
-    })
-}
-
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::cli::BUNDLED_CONFIG;
     use crate::model::{JobClass, KilledOn};
@@ -1057,19 +671,19 @@ mod tests {
     use crate::slurm::snapshot::{Holding, NodeInfo};
     use std::path::Path;
 
-    fn cfg() -> Config {
+    pub(crate) fn cfg() -> Config {
         Config::parse(BUNDLED_CONFIG, Path::new("h.toml")).expect("valid")
     }
 
     /// The bundled configuration with the site's opt-in to resizing explicit shares.
-    fn resizing() -> Config {
+    pub(crate) fn resizing() -> Config {
         let mut c = cfg();
         c.policy.resize_asked_shares = true;
         c
     }
 
     /// A site with `names` on nodes of two GPUs, none carrying its type as a feature.
-    fn site(cfg: &Config, names: &[&str]) -> Site {
+    pub(crate) fn site(cfg: &Config, names: &[&str]) -> Site {
         Site {
             present: names
                 .iter()
@@ -1079,14 +693,14 @@ mod tests {
         }
     }
 
-    fn with_features(mut s: Site) -> Site {
+    pub(crate) fn with_features(mut s: Site) -> Site {
         for &(t, _) in &s.present {
             s.feature_types[t] = true;
         }
         s
     }
 
-    fn opts(class: &str, share: Option<&str>) -> Options {
+    pub(crate) fn opts(class: &str, share: Option<&str>) -> Options {
         Options {
             gpu_share: share.map(str::to_owned),
             gpu_class: Some(class.to_owned()),
@@ -1094,37 +708,11 @@ mod tests {
         }
     }
 
-    fn rewrite_of(v: Verdict) -> Rewrite {
+    pub(crate) fn rewrite_of(v: Verdict) -> Rewrite {
         match v {
             Verdict::Rewrite(r) => r,
             other => panic!("expected a rewrite, got {other:?}"),
         }
-    }
-
-    #[test]
-    fn tres_strings_of_both_forms_are_read() {
-        let a = parse_tres_per_node(Some("gres:gpu:a100:2"))
-            .expect("ok")
-            .expect("gpu");
-        assert_eq!(
-            (a.gpus, a.gpu_type.as_deref(), a.form),
-            (2, Some("a100"), TresForm::Colon)
-        );
-        let m = parse_tres_per_node(Some("gres/mps:30"))
-            .expect("ok")
-            .expect("mps");
-        assert_eq!((m.mps_pct, m.form), (Some(30), TresForm::Slash));
-        let o = parse_tres_per_node(Some("gres:gpu:1,gres:shard:2"))
-            .expect("ok")
-            .expect("gpu");
-        assert_eq!(o.others, vec!["gres:shard:2".to_owned()]);
-        assert_eq!(parse_tres_per_node(Some("")), Ok(None));
-        assert_eq!(parse_tres_per_node(None), Ok(None));
-        assert_eq!(parse_tres_per_node(Some("gres:shard:2")), Ok(None));
-        assert!(matches!(
-            parse_tres_per_node(Some("gres:gpu:lots")),
-            Err(AskError::Unreadable(_))
-        ));
     }
 
     /// Regression: `--gres=gpu:a100:1,gpu:t4:1` was rewritten to one t4, dropping the a100.
@@ -1170,17 +758,6 @@ mod tests {
             .expect("ok")
             .expect("gres");
         assert!(!both.per_job);
-    }
-
-    #[test]
-    fn options_come_from_spank_env() {
-        let o = parse_options([
-            "PATH=/bin",
-            "_SLURM_SPANK_OPTION_heshare_gpu_share=auto",
-            "_SLURM_SPANK_OPTION_heshare_gpu_class=vit-infer",
-            "_SLURM_SPANK_OPTION_other_x=1",
-        ]);
-        assert_eq!(o, opts("vit-infer", Some("auto")));
     }
 
     #[test]
@@ -1338,7 +915,7 @@ mod tests {
 
     /// The local test cluster's shape: ha100 (2 x a100), hv100 (2 x v100m16), ht4 (4 x t4), each
     /// node carrying its GPU type as a feature.
-    fn local_nodes(cfg: &Config) -> Vec<NodeInfo> {
+    pub(crate) fn local_nodes(cfg: &Config) -> Vec<NodeInfo> {
         [
             ("ha100", "a100", 2),
             ("hv100", "v100m16", 2),
@@ -1393,7 +970,7 @@ mod tests {
     }
 
     /// A whole GPU of the local cluster held by `user`'s job (nodes: ha100, hv100, ht4).
-    fn hold(node: &str, index: u32, user: &str, frees_in_s: f64) -> Holding {
+    pub(crate) fn hold(node: &str, index: u32, user: &str, frees_in_s: f64) -> Holding {
         Holding {
             node: ["ha100", "hv100", "ht4"]
                 .iter()
@@ -1412,7 +989,7 @@ mod tests {
     }
 
     /// The local cluster with both a100s held by another user's jobs for two days.
-    fn a100s_held_two_days(cfg: &Config, nodes: &[NodeInfo]) -> Snapshot {
+    pub(crate) fn a100s_held_two_days(cfg: &Config, nodes: &[NodeInfo]) -> Snapshot {
         Snapshot::build(
             cfg,
             0.0,
@@ -1425,18 +1002,23 @@ mod tests {
         )
     }
 
-    fn local_site(cfg: &Config) -> Site {
+    pub(crate) fn local_site(cfg: &Config) -> Site {
         with_features(site(cfg, &["a100", "v100m16"]))
             .tap(|s| s.present.push((cfg.gpu_type("t4").expect("t4"), 4)))
     }
 
     /// The eight GPUs of the local cluster, all but `idle` of them held for an hour.
-    fn all_held_but(cfg: &Config, nodes: &[NodeInfo], idle: usize) -> Snapshot {
+    pub(crate) fn all_held_but(cfg: &Config, nodes: &[NodeInfo], idle: usize) -> Snapshot {
         held_but_with_queue(cfg, nodes, idle, 0.0)
     }
 
     /// As `all_held_but`, with jobs pending for `queued` GPUs of any type.
-    fn held_but_with_queue(cfg: &Config, nodes: &[NodeInfo], idle: usize, queued: f64) -> Snapshot {
+    pub(crate) fn held_but_with_queue(
+        cfg: &Config,
+        nodes: &[NodeInfo],
+        idle: usize,
+        queued: f64,
+    ) -> Snapshot {
         let held: Vec<Holding> = [("ha100", 0), ("ha100", 1), ("hv100", 0), ("hv100", 1)]
             .into_iter()
             .chain((0..4).map(|i| ("ht4", i)))
@@ -1455,7 +1037,7 @@ mod tests {
 
     /// A vit-infer service's script profile, eight runs measured on every type at the catalog's
     /// speed, with these kills at its limit.
-    fn learned_service(cfg: &Config, kills: Vec<KilledOn>) -> Learned {
+    pub(crate) fn learned_service(cfg: &Config, kills: Vec<KilledOn>) -> Learned {
         Learned {
             key: ProfileKey::parse("script:1000:0123456789abcdef").expect("a key"),
             level: Level::Script,
@@ -1799,7 +1381,7 @@ mod tests {
         assert!(r.site_factor <= 0, "{}", r.site_factor);
     }
 
-    fn mine_job(class: usize) -> PlacedJob {
+    pub(crate) fn mine_job(class: usize) -> PlacedJob {
         PlacedJob {
             class,
             share: SharePct::new(35).expect("35"),
@@ -1888,277 +1470,6 @@ mod tests {
         assert_eq!(
             back.gpu_type.as_deref(),
             Some(cfg.gpu_types[r.offered[0]].name.as_str())
-        );
-    }
-
-    #[test]
-    fn admin_comments_keep_what_others_wrote_and_read_back() {
-        assert_eq!(merge_admin_comment(None, "heshare: a"), "heshare: a");
-        assert_eq!(
-            merge_admin_comment(Some("site: billed to X"), "heshare: a"),
-            "site: billed to X | heshare: a"
-        );
-        assert_eq!(
-            merge_admin_comment(Some("site: X | heshare: old"), "heshare: new"),
-            "site: X | heshare: new"
-        );
-        let cfg = cfg();
-        let c = "site: X | heshare: type=a100|t4 prefer=t4 share=35 clock=300 class=vit-infer policy=energy snapshot=2s reason=35% MPS share of a t4";
-        let Decided {
-            class,
-            policy,
-            types,
-            ..
-        } = read_admin_comment(&cfg, c).expect("heshare's");
-        assert_eq!(class, "vit-infer");
-        assert_eq!(policy, Some(EnergyPolicy::Energy));
-        let (a100, t4) = (
-            cfg.gpu_type("a100").expect("a100"),
-            cfg.gpu_type("t4").expect("t4"),
-        );
-        assert_eq!(types, vec![t4, a100]);
-        assert!(read_admin_comment(&cfg, "site: X").is_none());
-    }
-
-    #[test]
-    fn a_pending_job_is_moved_when_its_offer_goes_stale() {
-        let cfg = cfg();
-        let site = local_site(&cfg);
-        let nodes = local_nodes(&cfg);
-        let a100 = cfg.gpu_type("a100").expect("a100");
-        // Pending for the a100s, which are held for two days.
-        let held = a100s_held_two_days(&cfg, &nodes);
-        let live = Live {
-            snapshot: Some(&held),
-            now_s: 0.0,
-            max_age_s: 60.0,
-        };
-        let job = PendingJob {
-            class: "bert-train".into(),
-            user: "1000".into(),
-            gpus: 1,
-            mps_pct: None,
-            energy_policy: None,
-            time_limit_s: Some(7200.0),
-            cpus: None,
-            memory_mib: None,
-            offered: vec![a100],
-            form: TresForm::Colon,
-            movable: true,
-            asked: Some(ShareRequest::Exclusive),
-            demand_pct: None,
-            site_factor: Some(0),
-            learned: None,
-        };
-        let mut ctx = PlaceContext::default();
-        let r = revisit(&cfg, &site, live, &job, &mut ctx).expect("moved");
-        assert!(r.moved && !r.repriced, "{r:?}");
-        assert_ne!(r.rewrite.offered.first(), Some(&a100), "{r:?}");
-        assert!(r.rewrite.features.is_some());
-        // Re-deciding the new offer changes nothing: no churn.
-        let moved = PendingJob {
-            offered: r.rewrite.offered.clone(),
-            ..job.clone()
-        };
-        assert_eq!(revisit(&cfg, &site, live, &moved, &mut ctx), None);
-        // Without a fresh snapshot nothing moves.
-        assert_eq!(revisit(&cfg, &site, Live::NONE, &job, &mut ctx), None);
-    }
-
-    /// Slurm moves a pending job by its features only: where the new view's decision needs
-    /// another share (a whole GPU, its runs killed beside neighbours on the types it would move
-    /// to), the job is left as it is, not started there with the share it holds.
-    #[test]
-    fn a_pending_share_is_not_moved_where_its_share_no_longer_holds() {
-        let cfg = cfg();
-        let site = local_site(&cfg);
-        let nodes = local_nodes(&cfg);
-        let a100 = cfg.gpu_type("a100").expect("a100");
-        // The a100s it waits for are held for two days.
-        let held = a100s_held_two_days(&cfg, &nodes);
-        let live = Live {
-            snapshot: Some(&held),
-            now_s: 0.0,
-            max_age_s: 60.0,
-        };
-        let learned = |kills: Vec<KilledOn>| learned_service(&cfg, kills);
-        let job = |kills: Vec<KilledOn>| PendingJob {
-            class: "inference".into(),
-            user: "1000".into(),
-            gpus: 1,
-            mps_pct: Some(50),
-            energy_policy: None,
-            time_limit_s: Some(36_000.0),
-            cpus: None,
-            memory_mib: None,
-            offered: vec![a100],
-            form: TresForm::Colon,
-            movable: true,
-            asked: Some(ShareRequest::Pct(SharePct::new(50).expect("50"))),
-            demand_pct: None,
-            site_factor: Some(0),
-            learned: Some(learned(kills)),
-        };
-        let mut ctx = PlaceContext::default();
-        // Nothing against sharing elsewhere: moved, with the share it holds.
-        let r = revisit(&cfg, &site, live, &job(vec![]), &mut ctx).expect("moved");
-        assert!(r.moved, "{r:?}");
-        assert_eq!(r.rewrite.mps_pct, Some(50), "{r:?}");
-        assert_ne!(r.rewrite.offered.first(), Some(&a100), "{r:?}");
-        // Its runs were killed at this limit beside neighbours on every other type with a full
-        // share: there the decision is a whole GPU, which its GRES cannot become. Not moved.
-        let kills = cfg
-            .gpu_types
-            .iter()
-            .filter(|g| g.name != "a100")
-            .map(|g| KilledOn {
-                gpu_type: g.name.clone(),
-                share_pct: Some(100),
-                limit_s: Some(36_000),
-            })
-            .collect();
-        assert_eq!(revisit(&cfg, &site, live, &job(kills), &mut ctx), None);
-    }
-
-    /// A pending job's site factor follows what its offer costs on the current view against
-    /// its request as asked; one an operator set is left alone, and a typed job is re-priced
-    /// but never moved.
-    #[test]
-    fn a_pending_job_is_re_priced_and_an_operators_factor_is_kept() {
-        // A site valuing an hour of a job's time at 0.01 kWh (at the shipped 3 speed decides
-        // nearly alone, and the option below costs nothing more).
-        let mut cfg = cfg();
-        cfg.policy.time_value_kwh_per_gpu_hour = 0.01;
-        let site = local_site(&cfg);
-        let nodes = local_nodes(&cfg);
-        let idle = Snapshot::build(&cfg, 0.0, &nodes, &[], &[]);
-        let live = Live {
-            snapshot: Some(&idle),
-            now_s: 0.0,
-            max_age_s: 60.0,
-        };
-        // Half a GPU asked, to run as fast as it can: an a100, where without the option a v100
-        // would do for less energy.
-        let ask = parse_tres_per_node(Some("gres:mps:50")).expect("ok");
-        let fast = Options {
-            energy_policy: Some("performance".into()),
-            ..opts("llm-infer", None)
-        };
-        let submitted = rewrite_of(decide(
-            &cfg,
-            &site,
-            live,
-            &Submission::new(ask.as_ref(), &fast, "1000"),
-        ));
-        assert_eq!(submitted.offered, vec![cfg.gpu_type("a100").expect("a100")]);
-        assert!(submitted.site_factor < 0, "{submitted:?}");
-        // What the snapshot thread reads back of it.
-        let d = read_admin_comment(&cfg, &submitted.admin_comment).expect("heshare's");
-        let job = PendingJob {
-            class: d.class,
-            user: "1000".into(),
-            gpus: submitted.gpus,
-            mps_pct: submitted.mps_pct,
-            energy_policy: d.policy,
-            time_limit_s: None,
-            cpus: None,
-            memory_mib: None,
-            offered: d.types,
-            form: TresForm::Colon,
-            movable: submitted.features.is_some(),
-            asked: d.asked,
-            demand_pct: d.demand_pct,
-            site_factor: d.site_factor,
-            learned: None,
-        };
-        let mut ctx = PlaceContext::default();
-        // The same view: nothing to re-price.
-        assert_eq!(revisit(&cfg, &site, live, &job, &mut ctx), None);
-        // The cluster changes: both v100s are taken for hours. The half GPU asked would now
-        // wait or take an a100 too: the option costs no more than the request as asked.
-        let busy = [
-            hold("hv100", 0, "2000", 7200.0),
-            hold("hv100", 1, "2000", 7200.0),
-        ];
-        let snap = Snapshot::build(&cfg, 0.0, &nodes, &busy, &[]);
-        let live = Live {
-            snapshot: Some(&snap),
-            ..live
-        };
-        let r = revisit(&cfg, &site, live, &job, &mut ctx).expect("re-priced");
-        assert!(r.repriced, "{r:?}");
-        assert!(
-            r.rewrite.site_factor > submitted.site_factor,
-            "{} then {}",
-            submitted.site_factor,
-            r.rewrite.site_factor
-        );
-        if !r.moved {
-            assert!(r.rewrite.features.is_none() && r.rewrite.prefer.is_none());
-        }
-        assert!(
-            r.rewrite
-                .admin_comment
-                .contains(&format!(" site={:+} ", r.rewrite.site_factor)),
-            "{}",
-            r.rewrite.admin_comment
-        );
-        // Priced already: nothing to do.
-        let priced = PendingJob {
-            site_factor: Some(r.rewrite.site_factor),
-            ..job.clone()
-        };
-        assert_eq!(revisit(&cfg, &site, live, &priced, &mut ctx), None);
-        // An operator's factor, or a job heshare recorded no request for, is not heshare's to
-        // change.
-        for other in [
-            PendingJob {
-                site_factor: None,
-                ..job.clone()
-            },
-            PendingJob {
-                asked: None,
-                ..job.clone()
-            },
-        ] {
-            assert_eq!(revisit(&cfg, &site, live, &other, &mut ctx), None);
-        }
-    }
-
-    #[test]
-    fn admin_comment_carries_what_re_pricing_needs() {
-        let cfg = cfg();
-        let site = local_site(&cfg);
-        let ask = parse_tres_per_node(Some("gres:mps:40")).expect("ok");
-        let auto = opts("vit-infer", Some("auto"));
-        let r = rewrite_of(decide(
-            &cfg,
-            &site,
-            Live::NONE,
-            &Submission::new(ask.as_ref(), &auto, "1000"),
-        ));
-        let d = read_admin_comment(&cfg, &r.admin_comment).expect("heshare's");
-        assert_eq!(
-            (d.asked, d.demand_pct, d.site_factor),
-            (
-                Some(ShareRequest::Pct(SharePct::new(40).expect("40"))),
-                Some(40),
-                Some(r.site_factor)
-            ),
-            "{}",
-            r.admin_comment
-        );
-        let whole = parse_tres_per_node(Some("gres:gpu:1")).expect("ok");
-        let r = rewrite_of(decide(
-            &cfg,
-            &site,
-            Live::NONE,
-            &Submission::new(whole.as_ref(), &auto, "1000"),
-        ));
-        let d = read_admin_comment(&cfg, &r.admin_comment).expect("heshare's");
-        assert_eq!(
-            (d.asked, d.demand_pct),
-            (Some(ShareRequest::Exclusive), None)
         );
     }
 }

@@ -1,0 +1,389 @@
+//! Re-deciding a pending job heshare placed on a newer snapshot: the same decision as at
+//! submission, and what Slurm should change (the offer of a movable job, the site factor). Pure.
+
+use super::ask::{GpuAsk, Options, TresForm};
+use super::request::{Live, Rewrite, Site, Submission, Verdict, decide_with};
+use crate::config::Config;
+use crate::policy::{EnergyPolicy, PlaceContext, ShareRequest};
+use crate::profile::Learned;
+
+/// What the snapshot thread knows of a pending job heshare placed (from Slurm's job table and the
+/// job's AdminComment), enough to place it again.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PendingJob {
+    pub class: String,
+    pub user: String,
+    pub gpus: u32,
+    pub mps_pct: Option<u8>,
+    pub energy_policy: Option<EnergyPolicy>,
+    pub time_limit_s: Option<f64>,
+    pub cpus: Option<u32>,
+    pub memory_mib: Option<u64>,
+    /// The types its features offer now, best first; for a job whose GRES names its type (which
+    /// heshare never moves), that type alone.
+    pub offered: Vec<usize>,
+    pub form: TresForm,
+    /// Whether its GRES is untyped and its types are features, so that a new offer can move it.
+    pub movable: bool,
+    /// The share its user's GRES asked at submission and the need the user gave, from
+    /// AdminComment (`None` for a job decided before heshare recorded them: never re-priced).
+    pub asked: Option<ShareRequest>,
+    pub demand_pct: Option<u8>,
+    /// heshare's site factor on the job now; `None` when the job's site factor is not the one
+    /// heshare set (an operator changed it), which heshare then leaves alone.
+    pub site_factor: Option<i32>,
+    /// The profile it was placed with, as the current store gives it (looked up again by the
+    /// caller from the key in AdminComment); `None`: decided by its class alone.
+    pub learned: Option<Learned>,
+}
+
+/// What re-deciding a pending job on a newer view asks Slurm to change.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Revisit {
+    /// The decision on the newer view (its features, preference and AdminComment).
+    pub rewrite: Rewrite,
+    /// The types it should be offered differ from those it is offered now (a set or a best
+    /// type that changed): its features and preference change. Only for a movable job.
+    pub moved: bool,
+    /// heshare's site factor for it changed: the energy its offer costs against its request as
+    /// asked is not what it was when the factor was set.
+    pub repriced: bool,
+}
+
+/// Re-decides a pending job on a newer view. `Some` when Slurm should change something: the
+/// offer (a movable job only: the share size and the kind of request stay as Slurm holds them,
+/// and a job whose GRES names its type is never moved) or the site factor.
+pub fn revisit(
+    cfg: &Config,
+    site: &Site,
+    live: Live<'_>,
+    job: &PendingJob,
+    ctx: &mut PlaceContext,
+) -> Option<Revisit> {
+    live.fresh()?;
+    let typed = (!job.movable)
+        .then(|| job.offered.first().copied())
+        .flatten();
+    if !job.movable && typed.is_none() {
+        return None;
+    }
+    let ask = GpuAsk {
+        gpus: job.gpus,
+        gpu_type: typed.map(|t| cfg.gpu_types[t].name.clone()),
+        mps_pct: job.mps_pct.map(u32::from),
+        form: job.form,
+        others: vec![],
+        per_job: false,
+    };
+    let opts = Options {
+        gpu_share: Some(match job.mps_pct {
+            Some(p) => p.to_string(),
+            None => "exclusive".into(),
+        }),
+        // A decision named after a learned family (`training`, `inference`) has no class.
+        gpu_class: cfg.class(&job.class).map(|_| job.class.clone()),
+        energy_policy: job.energy_policy.map(|p| {
+            match p {
+                EnergyPolicy::Performance => "performance",
+                EnergyPolicy::Balanced => "balanced",
+                EnergyPolicy::Energy => "energy",
+            }
+            .to_owned()
+        }),
+    };
+    let sub = Submission {
+        time_limit_s: job.time_limit_s,
+        cpus: job.cpus,
+        memory_mib: job.memory_mib,
+        // Priced against the request as its user asked it, not as heshare rewrote it.
+        asked: job.asked,
+        demand_pct: job.demand_pct,
+        learned: job.learned.as_ref(),
+        ..Submission::new(Some(&ask), &opts, &job.user)
+    };
+    let Verdict::Rewrite(mut r) = decide_with(cfg, site, live, &sub, ctx) else {
+        return None;
+    };
+    // Slurm changes a pending job's features, not its GRES: a decision that holds only with
+    // another share (a whole GPU where its time limit leaves no room to share, say) cannot be
+    // carried out, and following its types would start the job with the old share where the
+    // new decision said it must not run shared. It keeps the decision it has.
+    if r.mps_pct != job.mps_pct || r.gpus != job.gpus {
+        return None;
+    }
+    let moved = job.movable && r.features.is_some() && {
+        let mut a = r.offered.clone();
+        let mut b = job.offered.clone();
+        a.sort_unstable();
+        b.sort_unstable();
+        a != b || r.offered.first() != job.offered.first()
+    };
+    // Without the request as asked there is no yardstick: such a job keeps its factor.
+    let repriced = job.asked.is_some() && job.site_factor.is_some_and(|f| f != r.site_factor);
+    if !repriced {
+        if let Some(f) = job.site_factor {
+            r.site_factor = f;
+        }
+    }
+    if !moved {
+        r.features = None;
+        r.prefer = None;
+    }
+    (moved || repriced).then_some(Revisit {
+        rewrite: r,
+        moved,
+        repriced,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::KilledOn;
+    use crate::slurm::request::tests::*;
+    use crate::slurm::request::*;
+    use crate::slurm::snapshot::Snapshot;
+    use crate::units::SharePct;
+
+    #[test]
+    fn a_pending_job_is_moved_when_its_offer_goes_stale() {
+        let cfg = cfg();
+        let site = local_site(&cfg);
+        let nodes = local_nodes(&cfg);
+        let a100 = cfg.gpu_type("a100").expect("a100");
+        // Pending for the a100s, which are held for two days.
+        let held = a100s_held_two_days(&cfg, &nodes);
+        let live = Live {
+            snapshot: Some(&held),
+            now_s: 0.0,
+            max_age_s: 60.0,
+        };
+        let job = PendingJob {
+            class: "bert-train".into(),
+            user: "1000".into(),
+            gpus: 1,
+            mps_pct: None,
+            energy_policy: None,
+            time_limit_s: Some(7200.0),
+            cpus: None,
+            memory_mib: None,
+            offered: vec![a100],
+            form: TresForm::Colon,
+            movable: true,
+            asked: Some(ShareRequest::Exclusive),
+            demand_pct: None,
+            site_factor: Some(0),
+            learned: None,
+        };
+        let mut ctx = PlaceContext::default();
+        let r = revisit(&cfg, &site, live, &job, &mut ctx).expect("moved");
+        assert!(r.moved && !r.repriced, "{r:?}");
+        assert_ne!(r.rewrite.offered.first(), Some(&a100), "{r:?}");
+        assert!(r.rewrite.features.is_some());
+        // Re-deciding the new offer changes nothing: no churn.
+        let moved = PendingJob {
+            offered: r.rewrite.offered.clone(),
+            ..job.clone()
+        };
+        assert_eq!(revisit(&cfg, &site, live, &moved, &mut ctx), None);
+        // Without a fresh snapshot nothing moves.
+        assert_eq!(revisit(&cfg, &site, Live::NONE, &job, &mut ctx), None);
+    }
+
+    /// Slurm moves a pending job by its features only: where the new view's decision needs
+    /// another share (a whole GPU, its runs killed beside neighbours on the types it would move
+    /// to), the job is left as it is, not started there with the share it holds.
+    #[test]
+    fn a_pending_share_is_not_moved_where_its_share_no_longer_holds() {
+        let cfg = cfg();
+        let site = local_site(&cfg);
+        let nodes = local_nodes(&cfg);
+        let a100 = cfg.gpu_type("a100").expect("a100");
+        // The a100s it waits for are held for two days.
+        let held = a100s_held_two_days(&cfg, &nodes);
+        let live = Live {
+            snapshot: Some(&held),
+            now_s: 0.0,
+            max_age_s: 60.0,
+        };
+        let learned = |kills: Vec<KilledOn>| learned_service(&cfg, kills);
+        let job = |kills: Vec<KilledOn>| PendingJob {
+            class: "inference".into(),
+            user: "1000".into(),
+            gpus: 1,
+            mps_pct: Some(50),
+            energy_policy: None,
+            time_limit_s: Some(36_000.0),
+            cpus: None,
+            memory_mib: None,
+            offered: vec![a100],
+            form: TresForm::Colon,
+            movable: true,
+            asked: Some(ShareRequest::Pct(SharePct::new(50).expect("50"))),
+            demand_pct: None,
+            site_factor: Some(0),
+            learned: Some(learned(kills)),
+        };
+        let mut ctx = PlaceContext::default();
+        // Nothing against sharing elsewhere: moved, with the share it holds.
+        let r = revisit(&cfg, &site, live, &job(vec![]), &mut ctx).expect("moved");
+        assert!(r.moved, "{r:?}");
+        assert_eq!(r.rewrite.mps_pct, Some(50), "{r:?}");
+        assert_ne!(r.rewrite.offered.first(), Some(&a100), "{r:?}");
+        // Its runs were killed at this limit beside neighbours on every other type with a full
+        // share: there the decision is a whole GPU, which its GRES cannot become. Not moved.
+        let kills = cfg
+            .gpu_types
+            .iter()
+            .filter(|g| g.name != "a100")
+            .map(|g| KilledOn {
+                gpu_type: g.name.clone(),
+                share_pct: Some(100),
+                limit_s: Some(36_000),
+            })
+            .collect();
+        assert_eq!(revisit(&cfg, &site, live, &job(kills), &mut ctx), None);
+    }
+
+    /// A pending job's site factor follows what its offer costs on the current view against
+    /// its request as asked; one an operator set is left alone, and a typed job is re-priced
+    /// but never moved.
+    #[test]
+    fn a_pending_job_is_re_priced_and_an_operators_factor_is_kept() {
+        // A site valuing an hour of a job's time at 0.01 kWh (at the shipped 3 speed decides
+        // nearly alone, and the option below costs nothing more).
+        let mut cfg = cfg();
+        cfg.policy.time_value_kwh_per_gpu_hour = 0.01;
+        let site = local_site(&cfg);
+        let nodes = local_nodes(&cfg);
+        let idle = Snapshot::build(&cfg, 0.0, &nodes, &[], &[]);
+        let live = Live {
+            snapshot: Some(&idle),
+            now_s: 0.0,
+            max_age_s: 60.0,
+        };
+        // Half a GPU asked, to run as fast as it can: an a100, where without the option a v100
+        // would do for less energy.
+        let ask = parse_tres_per_node(Some("gres:mps:50")).expect("ok");
+        let fast = Options {
+            energy_policy: Some("performance".into()),
+            ..opts("llm-infer", None)
+        };
+        let submitted = rewrite_of(decide(
+            &cfg,
+            &site,
+            live,
+            &Submission::new(ask.as_ref(), &fast, "1000"),
+        ));
+        assert_eq!(submitted.offered, vec![cfg.gpu_type("a100").expect("a100")]);
+        assert!(submitted.site_factor < 0, "{submitted:?}");
+        // What the snapshot thread reads back of it.
+        let d = read_admin_comment(&cfg, &submitted.admin_comment).expect("heshare's");
+        let job = PendingJob {
+            class: d.class,
+            user: "1000".into(),
+            gpus: submitted.gpus,
+            mps_pct: submitted.mps_pct,
+            energy_policy: d.policy,
+            time_limit_s: None,
+            cpus: None,
+            memory_mib: None,
+            offered: d.types,
+            form: TresForm::Colon,
+            movable: submitted.features.is_some(),
+            asked: d.asked,
+            demand_pct: d.demand_pct,
+            site_factor: d.site_factor,
+            learned: None,
+        };
+        let mut ctx = PlaceContext::default();
+        // The same view: nothing to re-price.
+        assert_eq!(revisit(&cfg, &site, live, &job, &mut ctx), None);
+        // The cluster changes: both v100s are taken for hours. The half GPU asked would now
+        // wait or take an a100 too: the option costs no more than the request as asked.
+        let busy = [
+            hold("hv100", 0, "2000", 7200.0),
+            hold("hv100", 1, "2000", 7200.0),
+        ];
+        let snap = Snapshot::build(&cfg, 0.0, &nodes, &busy, &[]);
+        let live = Live {
+            snapshot: Some(&snap),
+            ..live
+        };
+        let r = revisit(&cfg, &site, live, &job, &mut ctx).expect("re-priced");
+        assert!(r.repriced, "{r:?}");
+        assert!(
+            r.rewrite.site_factor > submitted.site_factor,
+            "{} then {}",
+            submitted.site_factor,
+            r.rewrite.site_factor
+        );
+        if !r.moved {
+            assert!(r.rewrite.features.is_none() && r.rewrite.prefer.is_none());
+        }
+        assert!(
+            r.rewrite
+                .admin_comment
+                .contains(&format!(" site={:+} ", r.rewrite.site_factor)),
+            "{}",
+            r.rewrite.admin_comment
+        );
+        // Priced already: nothing to do.
+        let priced = PendingJob {
+            site_factor: Some(r.rewrite.site_factor),
+            ..job.clone()
+        };
+        assert_eq!(revisit(&cfg, &site, live, &priced, &mut ctx), None);
+        // An operator's factor, or a job heshare recorded no request for, is not heshare's to
+        // change.
+        for other in [
+            PendingJob {
+                site_factor: None,
+                ..job.clone()
+            },
+            PendingJob {
+                asked: None,
+                ..job.clone()
+            },
+        ] {
+            assert_eq!(revisit(&cfg, &site, live, &other, &mut ctx), None);
+        }
+    }
+
+    #[test]
+    fn admin_comment_carries_what_re_pricing_needs() {
+        let cfg = cfg();
+        let site = local_site(&cfg);
+        let ask = parse_tres_per_node(Some("gres:mps:40")).expect("ok");
+        let auto = opts("vit-infer", Some("auto"));
+        let r = rewrite_of(decide(
+            &cfg,
+            &site,
+            Live::NONE,
+            &Submission::new(ask.as_ref(), &auto, "1000"),
+        ));
+        let d = read_admin_comment(&cfg, &r.admin_comment).expect("heshare's");
+        assert_eq!(
+            (d.asked, d.demand_pct, d.site_factor),
+            (
+                Some(ShareRequest::Pct(SharePct::new(40).expect("40"))),
+                Some(40),
+                Some(r.site_factor)
+            ),
+            "{}",
+            r.admin_comment
+        );
+        let whole = parse_tres_per_node(Some("gres:gpu:1")).expect("ok");
+        let r = rewrite_of(decide(
+            &cfg,
+            &site,
+            Live::NONE,
+            &Submission::new(whole.as_ref(), &auto, "1000"),
+        ));
+        let d = read_admin_comment(&cfg, &r.admin_comment).expect("heshare's");
+        assert_eq!(
+            (d.asked, d.demand_pct),
+            (Some(ShareRequest::Exclusive), None)
+        );
+    }
+}
