@@ -80,6 +80,11 @@ const RETIRED: &[(&str, &str, &str)] = &[
          on waiting work is priced by placement's cost",
     ),
     (
+        "policy",
+        "max_auto_share_pct",
+        "an auto share or a whole GPU on an idle GPU is whichever placement's cost ranks first",
+    ),
+    (
         "profiles",
         "whole_first_runs",
         "a job with neither label nor profile runs as its user asked",
@@ -170,7 +175,6 @@ pub struct PolicyKnobs {
     pub demand_margin: f64,
     pub limit_type: String,
     pub time_slice_efficiency: f64,
-    pub max_auto_share_pct: u8,
     pub limit_headroom: f64,
     pub contention_worst: f64,
     pub time_value_kwh_per_gpu_hour: f64,
@@ -191,7 +195,6 @@ impl Default for PolicyKnobs {
             demand_margin: 0.15,
             limit_type: "slowest".to_owned(),
             time_slice_efficiency: 0.8,
-            max_auto_share_pct: 90,
             limit_headroom: 2.0,
             contention_worst: 98.4,
             // See `time_value_kwh_per_gpu_hour` in `settings.rs` for the argument.

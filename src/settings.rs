@@ -213,15 +213,6 @@ pub const SETTINGS: &[Setting] = &[
     },
     Setting {
         section: "policy",
-        name: "max_auto_share_pct",
-        role: Rule,
-        unit: "% of a GPU",
-        range: num(1.0, 100.0),
-        meaning: "The largest share `--gpu-share=auto` sizes on an idle GPU; a job needing more \
-                  gets the whole GPU.",
-    },
-    Setting {
-        section: "policy",
         name: "limit_headroom",
         role: Rule,
         unit: "fraction of the runtime",

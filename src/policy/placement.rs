@@ -906,10 +906,7 @@ fn evaluate(
                 if !occupied {
                     options.push((ShareSpec::Fixed(SharePct::FULL), true));
                 }
-                let full = full_speed_share(class, gpu, reference, job.params.share_step_pct);
-                // A share that leaves less than a fifth of the GPU buys little room for others
-                // and loses what the job may need beyond its estimate: a whole GPU instead.
-                if gpu.mps && (occupied || full.get() <= cfg.policy.max_auto_share_pct) {
+                if gpu.mps {
                     options.push((ShareSpec::Auto, false));
                 }
             }
