@@ -906,7 +906,12 @@ fn evaluate(
                 if !occupied {
                     options.push((ShareSpec::Fixed(SharePct::FULL), true));
                 }
-                if gpu.mps {
+                // All of an idle GPU is that whole GPU, already an option: not the same GPU
+                // again as an MPS share (accounted as gres/mps, run under MPS for nothing).
+                let whole_anyway = !occupied
+                    && full_speed_share(class, gpu, reference, job.params.share_step_pct)
+                        == SharePct::FULL;
+                if gpu.mps && !whole_anyway {
                     options.push((ShareSpec::Auto, false));
                 }
             }
