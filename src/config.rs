@@ -1209,6 +1209,86 @@ fn gres_specs(slurm_conf: &str) -> impl Iterator<Item = (usize, &str)> {
     })
 }
 
+/// Whether Slurm's hostlist expression `list` (`gpu[01-08,10],login1`) names `name`.
+pub fn hostlist_contains(list: &str, name: &str) -> bool {
+    split_top_level(list).any(|item| host_matches(item, name))
+}
+
+/// The comma-separated items of a hostlist, commas inside brackets kept.
+fn split_top_level(list: &str) -> impl Iterator<Item = &str> {
+    let mut depth = 0usize;
+    let mut start = 0usize;
+    let mut items = Vec::new();
+    for (i, c) in list.char_indices() {
+        match c {
+            '[' => depth += 1,
+            ']' => depth = depth.saturating_sub(1),
+            ',' if depth == 0 => {
+                items.push(&list[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    items.push(&list[start..]);
+    items.into_iter().filter(|s| !s.is_empty())
+}
+
+/// One hostlist item (`prefix[ranges]rest`, brackets possibly repeated) against `name`.
+fn host_matches(item: &str, name: &str) -> bool {
+    let Some(open) = item.find('[') else {
+        return item == name;
+    };
+    let Some(close) = item[open..].find(']').map(|c| open + c) else {
+        return false;
+    };
+    let (prefix, ranges, rest) = (&item[..open], &item[open + 1..close], &item[close + 1..]);
+    let Some(tail) = name.strip_prefix(prefix) else {
+        return false;
+    };
+    ranges.split(',').any(|r| {
+        let (lo, hi) = r.split_once('-').unwrap_or((r, r));
+        let (Ok(a), Ok(b)) = (lo.parse::<u64>(), hi.parse::<u64>()) else {
+            return false;
+        };
+        // A bound written with a leading zero (`01`) fixes the width; otherwise numbers are
+        // written without one.
+        let width = (lo.len() > 1 && lo.starts_with('0')).then_some(lo.len());
+        (1..=tail.len())
+            .filter(|&k| tail[..k].bytes().all(|b| b.is_ascii_digit()))
+            .any(|k| {
+                let digits = &tail[..k];
+                digits.parse::<u64>().is_ok_and(|n| {
+                    n >= a && n <= b && width.map_or(digits == n.to_string(), |w| digits.len() == w)
+                }) && host_matches(rest, &tail[k..])
+            })
+    })
+}
+
+/// The GPU type slurm.conf gives node `node` (`Gres=gpu:TYPE:N` on the `NodeName=` line naming
+/// it), if one: the node helper's answer where NVML's device name matches no catalog type.
+pub fn slurm_node_gpu_type(slurm_conf: &str, node: &str) -> Option<String> {
+    slurm_conf.lines().find_map(|line| {
+        let line = line.split('#').next().unwrap_or("");
+        let mut tokens = line.split_whitespace();
+        let first = tokens.next()?;
+        let (k, names) = first.split_once('=')?;
+        if !k.eq_ignore_ascii_case("nodename") || !hostlist_contains(names, node) {
+            return None;
+        }
+        tokens
+            .filter_map(|t| t.split_once('='))
+            .filter(|(k, _)| k.eq_ignore_ascii_case("gres"))
+            .flat_map(|(_, v)| split_gres_list(v))
+            .find_map(
+                |spec| match spec.split(':').collect::<Vec<_>>().as_slice() {
+                    ["gpu", ty, _count] => Some((*ty).to_owned()),
+                    _ => None,
+                },
+            )
+    })
+}
+
 /// A slurm.conf's `SuspendTime` in seconds, if power saving is on (Slurm's default is off:
 /// `-1`, `NONE` or `INFINITE`, or no line).
 pub fn slurm_suspend_time(slurm_conf: &str) -> Option<f64> {
@@ -1762,6 +1842,33 @@ memory_gib = 8
             page == settings_reference(),
             "{path} is stale: run `cargo run --release -- settings > docs/configuration.md`"
         );
+    }
+
+    #[test]
+    fn hostlists_and_a_nodes_gres_type_are_read_as_slurm_writes_them() {
+        for (list, name, yes) in [
+            ("gpu[01-08]", "gpu03", true),
+            ("gpu[01-08]", "gpu3", false),
+            ("gpu[01-08]", "gpu09", false),
+            ("gpu[01-03,10]", "gpu10", true),
+            ("gpu[01-03,10],login1", "login1", true),
+            ("n[1-12]", "n12", true),
+            ("n[1-12]", "n13", false),
+            ("rack[1-2]-gpu[1-4]", "rack2-gpu3", true),
+            ("rack[1-2]-gpu[1-4]", "rack3-gpu3", false),
+            ("ht4", "ht4", true),
+            ("ht4", "ht40", false),
+        ] {
+            assert_eq!(hostlist_contains(list, name), yes, "{list} {name}");
+        }
+        let conf = "NodeName=DEFAULT CPUs=4\n\
+                    NodeName=gpu[01-08] Gres=gpu:a100:4,mps:400 Features=a100 # big\n\
+                    NodeName=gpu[09-40] CPUs=8 Gres=mps:200,gpu:t4:2\n\
+                    NodeName=cpu[1-4] CPUs=64\n";
+        assert_eq!(slurm_node_gpu_type(conf, "gpu05").as_deref(), Some("a100"));
+        assert_eq!(slurm_node_gpu_type(conf, "gpu12").as_deref(), Some("t4"));
+        assert_eq!(slurm_node_gpu_type(conf, "cpu2"), None);
+        assert_eq!(slurm_node_gpu_type(conf, "other"), None);
     }
 
     #[test]

@@ -1209,3 +1209,46 @@ fn a_context_time_sliced_outside_mps_is_no_ones_neighbour() {
     assert_eq!(ra["neighbour_busy"].as_f64(), Some(0.0), "{ra:#}");
     n.assert_settled(&[&a, &b]);
 }
+
+/// A node whose GPUs' name matches no catalog type (here the model backend's) and whose job was
+/// offered several types takes its type from slurm.conf's `Gres=gpu:TYPE:N` for the node, found
+/// through the `SLURM_CONF` slurmd sets; with none anywhere the Prolog says every place it looked.
+#[test]
+fn a_gpu_type_nothing_else_names_comes_from_slurm_conf() {
+    let n = Node::new(true);
+    let conf = n.dir.path().join("slurm.conf");
+    std::fs::write(
+        &conf,
+        "NodeName=login1 CPUs=4\nNodeName=n[1-2] CPUs=8 Gres=mps:400,gpu:t4:4 Features=t4\n",
+    )
+    .expect("slurm.conf");
+    let j = job("41", 0, Some(30), "vit-infer");
+    let o = n
+        .hook_cmd("prolog", &j)
+        .env_remove("SPANK_HESHARE_GPU_TYPE")
+        .output()
+        .expect("runs");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{err}");
+    assert!(
+        err.contains("slurm.conf gives it no Gres=gpu:TYPE:N"),
+        "{err}"
+    );
+    let o = n
+        .hook_cmd("prolog", &j)
+        .env_remove("SPANK_HESHARE_GPU_TYPE")
+        .env("SLURM_CONF", &conf)
+        .output()
+        .expect("runs");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let st = n.status();
+    assert_eq!(st["gpus"][0]["gpu_type"], "t4", "{st:#}");
+    let o = n
+        .hook_cmd("epilog", &j)
+        .env_remove("SPANK_HESHARE_GPU_TYPE")
+        .env("SLURM_CONF", &conf)
+        .output()
+        .expect("runs");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    n.assert_settled(&[&j]);
+}

@@ -392,6 +392,8 @@ pub struct NodeHelper<'a> {
     dir: StateDir,
     mps: Mps,
     kill_at: Option<String>,
+    /// The GPU type slurm.conf's `Gres=gpu:TYPE:N` gives this node, if the hook read one.
+    slurm_gpu_type: Option<String>,
     /// Notes for the log (slurmd keeps the helper's stderr in its log at debug level).
     pub warnings: Vec<String>,
 }
@@ -449,8 +451,17 @@ impl<'a> NodeHelper<'a> {
             dir: StateDir::new(&cfg.node.state_dir, node),
             mps: mps_of(cfg, node),
             kill_at: std::env::var("HESHARE_TEST_KILL_AT").ok(),
+            slurm_gpu_type: None,
             warnings: Vec::new(),
         }
+    }
+
+    /// What slurm.conf (`text`) says of this node's GPUs: its `Gres=gpu:TYPE:N` type, for GPUs
+    /// whose NVML name matches no catalog type (or no NVML at all) and no `[node]` setting names.
+    #[must_use]
+    pub fn with_slurm_conf(mut self, text: &str) -> Self {
+        self.slurm_gpu_type = crate::config::slurm_node_gpu_type(text, &self.node);
+        self
     }
 
     fn step(&self, name: &str) {
@@ -563,6 +574,7 @@ impl<'a> NodeHelper<'a> {
             by_name,
             self.cfg.node.node_gpu_types.get(&self.node).cloned(),
             self.cfg.node.gpu_type.clone(),
+            self.slurm_gpu_type.clone(),
             job.gpu_type.clone(),
         ];
         for name in candidates.into_iter().flatten() {
@@ -573,7 +585,7 @@ impl<'a> NodeHelper<'a> {
         Err(HelperError::GpuType {
             gpu,
             message: format!(
-                "unknown GPU type: the device name matches no catalog type ({}), [node] node_gpu_types and gpu_type say nothing of this node and the job names no single type",
+                "unknown GPU type: the device name matches no catalog type ({}), [node] node_gpu_types and gpu_type say nothing of this node, slurm.conf gives it no Gres=gpu:TYPE:N, and the job names no single type",
                 self.cfg.gpu_type_names()
             ),
         })
