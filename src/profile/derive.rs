@@ -55,7 +55,7 @@ pub struct Learned {
     /// Runs it rests on (all types, every run ever filed).
     pub runs: u64,
     /// The job as its runs describe it; named after the key.
-    pub class: JobClass,
+    pub class: std::sync::Arc<JobClass>,
     /// The types it ran on.
     pub measured: Vec<String>,
     /// The class the user gave, when the runs contradict it: why it was set aside.
@@ -506,7 +506,7 @@ pub fn derive(
         key: key.clone(),
         level: key.level(),
         runs: profile.runs(),
-        class,
+        class: std::sync::Arc::new(class),
         measured: data
             .iter()
             .map(|d| cfg.gpu_types[d.t].name.clone())

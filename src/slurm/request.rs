@@ -356,7 +356,7 @@ fn decide_within(
                 _ => None,
             })
         },
-        learned: sub.learned.map(|l| std::sync::Arc::new(l.class.clone())),
+        learned: sub.learned.map(|l| std::sync::Arc::clone(&l.class)),
     };
     // A job heshare's model cannot place within its bound still runs as its user asked: a
     // prediction is no reason to refuse work.
@@ -1042,7 +1042,7 @@ pub(crate) mod tests {
             key: ProfileKey::parse("script:1000:0123456789abcdef").expect("a key"),
             level: Level::Script,
             runs: 8,
-            class: JobClass {
+            class: std::sync::Arc::new(JobClass {
                 measured_speed: cfg
                     .gpu_types
                     .iter()
@@ -1051,7 +1051,7 @@ pub(crate) mod tests {
                 limit_kills: kills,
                 neighbours: None,
                 ..cfg.class("vit-infer").expect("vit-infer").clone()
-            },
+            }),
             measured: cfg.gpu_types.iter().map(|g| g.name.clone()).collect(),
             overruled: None,
         }

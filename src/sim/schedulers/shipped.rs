@@ -326,7 +326,7 @@ impl<'w> Shipped<'w> {
                 // What the SPANK environment tells the node helper of the job (nothing of a
                 // request left the user's own).
                 let class = match (&learned, label) {
-                    (Some(l), _) => HintClass::Learned(std::sync::Arc::new(l.class.clone())),
+                    (Some(l), _) => HintClass::Learned(std::sync::Arc::clone(&l.class)),
                     (None, Some(c)) => HintClass::Catalog(c),
                     (None, None) => HintClass::Unknown,
                 };
@@ -442,10 +442,11 @@ impl Scheduler for Shipped<'_> {
         let mut changed = false;
         let max = usize::try_from(st.cfg.live.reroute_max_jobs).unwrap_or(usize::MAX);
         for &j in waiting.iter().take(max) {
-            let Some(pending) = self.held.get(&j).and_then(|h| h.pending.clone()) else {
+            // Borrowed, not cloned: a learned job's profile is a class with its runs.
+            let Some(pending) = self.held.get(&j).and_then(|h| h.pending.as_ref()) else {
                 continue;
             };
-            let Some(v) = revisit(st.cfg, &self.site, live, &pending, &mut self.plugin_ctx) else {
+            let Some(v) = revisit(st.cfg, &self.site, live, pending, &mut self.plugin_ctx) else {
                 continue;
             };
             let Some(h) = self.held.get_mut(&j) else {
