@@ -47,6 +47,19 @@ pub struct BenchArgs {
     /// same binary for `--version`.
     #[arg(long, value_name = "ROUNDS")]
     node_helper: Option<usize>,
+    /// Also write the decision timings as JSON (`scripts/bench-table.py` makes the docs' table
+    /// from one or more such files).
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+}
+
+/// One timed path, in microseconds.
+#[derive(serde::Serialize)]
+struct TimedRow {
+    name: &'static str,
+    p50_us: f64,
+    p99_us: f64,
+    mean_us: f64,
 }
 
 /// Fills `view` to `occupancy`: a third of the busy GPUs hold one exclusive training job, the
@@ -391,11 +404,39 @@ pub fn run(out: &mut impl Write, cfg: &Config, args: &BenchArgs) -> Result<()> {
             mean(v)
         )
     };
-    row(out, "plugin job_submit (live snapshot)", &plugin)?;
-    row(out, "  unlabelled, by profile (store)", &plugin_profiled)?;
-    row(out, "heshare place (full view)", &heshare)?;
-    row(out, "heshare place (one idle GPU/type)", &by_type)?;
-    row(out, "baseline: best-fit scan", &baseline)?;
+    let paths: [(&'static str, &[Duration]); 5] = [
+        ("plugin job_submit (live snapshot)", &plugin),
+        ("  unlabelled, by profile (store)", &plugin_profiled),
+        ("heshare place (full view)", &heshare),
+        ("heshare place (one idle GPU/type)", &by_type),
+        ("baseline: best-fit scan", &baseline),
+    ];
+    for (name, v) in paths {
+        row(out, name, v)?;
+    }
+    if let Some(path) = &args.json {
+        let rows: Vec<TimedRow> = paths
+            .iter()
+            .map(|&(name, v)| TimedRow {
+                name: name.trim(),
+                p50_us: us(percentile(v, 0.5)),
+                p99_us: us(percentile(v, 0.99)),
+                mean_us: mean(v),
+            })
+            .collect();
+        let doc = serde_json::json!({
+            "cluster": label,
+            "gpus": view.gpus.len(),
+            "busy_gpus": busy,
+            "decisions": requests.len(),
+            "profile_keys": args.profiles.max(1),
+            "store_mb": bytes.len() as f64 / 1e6,
+            "store_parse_ms": parse_ms,
+            "rows": rows,
+        });
+        std::fs::write(path, serde_json::to_vec_pretty(&doc)?)
+            .map_err(|e| anyhow::anyhow!("{}: cannot write: {e}", path.display()))?;
+    }
     let ratio = |a: &[Duration], b: &[Duration], p: f64| {
         us(percentile(a, p)) / us(percentile(b, p)).max(1e-3)
     };
