@@ -47,7 +47,7 @@ pub struct BenchArgs {
     /// same binary for `--version`.
     #[arg(long, value_name = "ROUNDS")]
     node_helper: Option<usize>,
-    /// Also write the decision timings as JSON (`scripts/bench-table.py` makes the docs' table
+    /// Also write the decision timings as JSON (`scripts/doc-tables.py bench` makes the docs' table
     /// from one or more such files).
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,

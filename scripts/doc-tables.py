@@ -1,0 +1,146 @@
+#!/usr/bin/env python3
+"""The results tables of docs/evaluation.md, from the simulator's and the benchmark's JSON, so
+that no figure there is typed by hand.
+
+    cargo run --release -- simulate --suite --json suite.json
+    python3 scripts/doc-tables.py suite suite.json          # the scenario suite's table
+
+    for i in 1 2 3; do cargo run --release -- bench --json bench$i.json; done
+    python3 scripts/doc-tables.py bench bench1.json bench2.json bench3.json
+
+    cargo run --release -- simulate --mode placement --json placement.json
+    python3 scripts/doc-tables.py placement placement.json  # FGD's protocol against its paper
+
+suite: per world the best baseline of the first seed, heshare as it ships, told every job's
+class (labelled) and told every job's truth (oracle), each as facility energy per job / mean
+JCT / p99 JCT over the best baseline's (median over seeds), and heshare's kills plain Slurm
+never had (all seeds), then the geometric means. bench: each cell the range over the runs,
+ratios each run's own against the best-fit scan timed in the same run. placement: the median
+GPU allocation over seeds against the FGD paper's.
+"""
+import json
+import sys
+
+
+def cell(r):
+    return "{:.2f}x / {:.2f}x / {:.2f}x".format(
+        r["energy_ratio"], r["mean_jct_ratio"], r["p99_jct_ratio"]
+    )
+
+
+def suite(paths):
+    (path,) = paths
+    d = json.load(open(path))
+    seeds = d["seeds"]
+    print(
+        "{} suite, {} seed{}, {:.0f} s: `heshare simulate --suite{} --json FILE`, then "
+        "`python3 scripts/doc-tables.py suite FILE`.\n".format(
+            "quick" if d["quick"] else "full",
+            seeds,
+            "" if seeds == 1 else "s",
+            d["wall_s"],
+            " --quick" if d["quick"] else "",
+        )
+    )
+    print(
+        "| world | best baseline | heshare energy / JCT / p99 | labelled | oracle | "
+        "heshare's kills plain Slurm never had |"
+    )
+    print("|---|---|---|---|---|---|")
+    for w in d["worlds"]:
+        rows = {r["policy"]: r for r in w["heshare"]}
+        print(
+            "| {} | {} | {} | {} | {} | {} |".format(
+                w["world"]["name"],
+                w["best_baseline"]["policy"],
+                cell(rows["heshare"]),
+                cell(rows["heshare-labelled"]),
+                cell(rows["heshare-oracle"]),
+                rows["heshare"]["caused_kills"],
+            )
+        )
+    s = {r["policy"]: r for r in d["summary"]}
+
+    def g(p):
+        r = s[p]
+        return "{:.2f}x / {:.2f}x / {:.2f}x".format(
+            r["energy_geomean"], r["mean_jct_geomean"], r["p99_jct_geomean"]
+        )
+
+    print(
+        "| **geometric mean** | | **{}** | {} | {} | |".format(
+            g("heshare"), g("heshare-labelled"), g("heshare-oracle")
+        )
+    )
+
+
+def rng(vals, fmt):
+    lo, hi = min(vals), max(vals)
+    return fmt(lo) if fmt(lo) == fmt(hi) else f"{fmt(lo)}–{fmt(hi)}"
+
+
+def t(us):
+    return f"{us / 1000:.2f} ms" if us >= 1000 else f"{us:.0f} µs"
+
+
+def bench(paths):
+    runs = [json.load(open(p)) for p in paths]
+    rows = [{r["name"]: r for r in run["rows"]} for run in runs]
+    first = runs[0]
+    print(
+        "{} runs of `heshare bench --json FILE` on {} ({} GPUs, {} busy), {} decisions each, "
+        "profiles from a {}-key store; `python3 scripts/doc-tables.py bench FILE...`.\n".format(
+            len(runs), first["cluster"], first["gpus"], first["busy_gpus"],
+            first["decisions"], first["profile_keys"],
+        )
+    )
+    print("| | p50 | p99 |")
+    print("|---|---|---|")
+    names = [r["name"] for r in first["rows"]]
+    for n in names:
+        p50 = [r[n]["p50_us"] for r in rows]
+        p99 = [r[n]["p99_us"] for r in rows]
+        print(f"| {n} | {rng(p50, t)} | {rng(p99, t)} |")
+    base = "baseline: best-fit scan"
+    for n, label in [
+        ("plugin job_submit (live snapshot)", "ratio plugin decision / best-fit"),
+        ("unlabelled, by profile (store)", "ratio profiled decision / best-fit"),
+    ]:
+        r50 = [r[n]["p50_us"] / r[base]["p50_us"] for r in rows]
+        r99 = [r[n]["p99_us"] / r[base]["p99_us"] for r in rows]
+        x = lambda v: f"{v:.1f}×"
+        print(f"| {label} | {rng(r50, x)} | {rng(r99, x)} |")
+    print(
+        "\nThe store is {:.0f} MB of JSON, parsed in {} ms (the snapshot thread does it when the "
+        "file changes, outside job_submit).".format(
+            first["store_mb"], rng([r["store_parse_ms"] for r in runs], lambda v: f"{v:.0f}")
+        )
+    )
+
+
+def placement(paths):
+    (path,) = paths
+    d = json.load(open(path))
+    print(
+        "{} seeds at load {:.2f} on {} GPUs: `heshare simulate --mode placement --json FILE`, then "
+        "`python3 scripts/doc-tables.py placement FILE`.\n".format(
+            len(d["seeds"]) if isinstance(d["seeds"], list) else d["seeds"], d["load"], d["gpus"]
+        )
+    )
+    print("| scheduler | heshare's replay | FGD paper | difference |")
+    print("|---|---|---|---|")
+    for r in d["results"]:
+        paper = r.get("published_alloc_rate")
+        diff = "" if paper is None else "{:+.2f}".format(r["alloc_rate"] - paper).replace("-", "−")
+        print(
+            "| {} | {:.2f} | {} | {} |".format(
+                r["policy"], r["alloc_rate"], "" if paper is None else f"{paper:.2f}", diff
+            )
+        )
+
+
+if __name__ == "__main__":
+    tables = {"suite": suite, "bench": bench, "placement": placement}
+    if len(sys.argv) < 3 or sys.argv[1] not in tables:
+        sys.exit("usage: doc-tables.py suite|bench|placement FILE.json...")
+    tables[sys.argv[1]](sys.argv[2:])
