@@ -137,7 +137,7 @@ pub fn idle_view(nodes: &[Node]) -> ClusterView {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cli::BUNDLED_CONFIG;
+    use crate::config::BUNDLED_CONFIG;
 
     fn cfg() -> Config {
         Config::parse(BUNDLED_CONFIG, Path::new("heshare.toml")).expect("bundled config is valid")

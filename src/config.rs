@@ -13,6 +13,13 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+/// The shipped `slurm-conf/heshare.toml`, built in: the default where no file is configured,
+/// and the configuration tests decide with.
+pub const BUNDLED_CONFIG: &str = include_str!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/slurm-conf/heshare.toml"
+));
+
 /// One problem in a config file, located as precisely as the source allows.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ConfigError {
@@ -1814,7 +1821,7 @@ memory_gib = 8
         // The shipped file sets what it sets to the defaults, so that a setting's value is
         // written once too.
         let shipped: toml::Table =
-            toml::from_str(crate::cli::BUNDLED_CONFIG).expect("shipped heshare.toml");
+            toml::from_str(crate::config::BUNDLED_CONFIG).expect("shipped heshare.toml");
         for s in crate::settings::SETTINGS {
             if let Some(v) = shipped.get(s.section).and_then(|t| t.get(s.name)) {
                 if s.key() == "policy.reference_gpu" {

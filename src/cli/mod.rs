@@ -6,7 +6,7 @@
 
 use crate::config::{Config, LoadError, check_slurm_gres};
 use crate::policy::{ClusterView, EnergyPolicy, JobRequest, Plan, ShareRequest, place};
-use crate::units::{Joules, Seconds, SharePct};
+use crate::units::{Joules, Seconds};
 use anyhow::{Context, Result, anyhow};
 use clap::{Parser, Subcommand, ValueEnum};
 use std::io::Write;
@@ -22,10 +22,7 @@ mod simulate_suite;
 mod simulate_time;
 
 /// The configuration shipped in the repository, used when no other is found.
-pub const BUNDLED_CONFIG: &str = include_str!(concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/slurm-conf/heshare.toml"
-));
+pub use crate::config::BUNDLED_CONFIG;
 const BUNDLED_NAME: &str = "slurm-conf/heshare.toml (bundled)";
 /// Where an installed cluster keeps its configuration ($HESHARE_SYSTEM_CONFIG overrides it, so
 /// tests on a machine with heshare installed still see the bundled default).
@@ -144,17 +141,7 @@ impl From<EnergyPolicyArg> for EnergyPolicy {
 
 /// Parses `--share`: `auto`, `exclusive` or a percentage 1..=100.
 pub fn parse_share(s: &str) -> Result<ShareRequest, String> {
-    match s.trim().to_ascii_lowercase().as_str() {
-        "auto" => Ok(ShareRequest::Auto),
-        "exclusive" => Ok(ShareRequest::Exclusive),
-        other => other
-            .trim_end_matches('%')
-            .parse::<u8>()
-            .ok()
-            .and_then(SharePct::new)
-            .map(ShareRequest::Pct)
-            .ok_or_else(|| format!("\"{s}\" is not auto, exclusive or a percentage 1..=100")),
-    }
+    ShareRequest::parse(s)
 }
 
 /// An error that already printed what it had to say and only carries the exit code.

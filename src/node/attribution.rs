@@ -171,7 +171,7 @@ pub fn model_weights(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cli::BUNDLED_CONFIG;
+    use crate::config::BUNDLED_CONFIG;
     use crate::config::Config;
     use crate::units::SharePct;
     use proptest::prelude::*;

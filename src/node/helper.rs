@@ -1725,7 +1725,7 @@ mod tests {
 
     #[test]
     fn device_names_match_the_longest_catalog_name() {
-        let cfg = Config::parse(crate::cli::BUNDLED_CONFIG, Path::new("h.toml")).expect("valid");
+        let cfg = Config::parse(crate::config::BUNDLED_CONFIG, Path::new("h.toml")).expect("valid");
         let h = NodeHelper::new(&cfg, "n");
         assert_eq!(
             h.match_device_name("NVIDIA A100-SXM4-40GB").as_deref(),

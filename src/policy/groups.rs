@@ -142,7 +142,7 @@ impl GpuGroups {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cli::BUNDLED_CONFIG;
+    use crate::config::BUNDLED_CONFIG;
     use crate::config::Config;
     use crate::policy::{JobRequest, PlaceContext, ShareRequest, place, place_slots};
     use crate::sim::rng::SplitMix;

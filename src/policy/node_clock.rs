@@ -96,7 +96,7 @@ pub fn clock_of(plan: &Result<SharePlan, ShareError>) -> Result<Mhz, ShareError>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cli::BUNDLED_CONFIG;
+    use crate::config::BUNDLED_CONFIG;
     use crate::policy::share::{ShareParams, optimize};
     use std::path::Path;
 

@@ -38,6 +38,24 @@ pub enum ShareRequest {
     Pct(SharePct),
 }
 
+impl ShareRequest {
+    /// `auto`, `exclusive` or a percentage 1..=100 (`30` or `30%`), as `--gpu-share` and
+    /// `heshare plan --share` take it.
+    pub fn parse(s: &str) -> Result<ShareRequest, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "auto" => Ok(ShareRequest::Auto),
+            "exclusive" => Ok(ShareRequest::Exclusive),
+            other => other
+                .trim_end_matches('%')
+                .parse::<u8>()
+                .ok()
+                .and_then(SharePct::new)
+                .map(ShareRequest::Pct)
+                .ok_or_else(|| format!("\"{s}\" is not auto, exclusive or a percentage 1..=100")),
+        }
+    }
+}
+
 /// The user's trade-off, from `--energy-policy`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -1426,7 +1444,7 @@ impl UserIds {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cli::BUNDLED_CONFIG;
+    use crate::config::BUNDLED_CONFIG;
     use crate::model::NeighbourSlowdown;
     use std::path::Path;
 

@@ -44,7 +44,7 @@ pub fn for_sized_share(factor: i32) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cli::BUNDLED_CONFIG;
+    use crate::config::BUNDLED_CONFIG;
     use crate::policy::{ClusterView, EnergyPolicy, JobRequest, ShareRequest, place};
     use crate::units::SharePct;
     use std::path::Path;

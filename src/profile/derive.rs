@@ -570,7 +570,7 @@ fn fit_clock_bound(d: &TypeData<'_>) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cli::BUNDLED_CONFIG;
+    use crate::config::BUNDLED_CONFIG;
     use crate::model::alone_runtime;
     use crate::profile::learn::{LearnLimits, Observation, Outcome};
     use std::path::Path;

@@ -126,7 +126,7 @@ mod tests {
 
     fn cfg() -> Config {
         Config::parse(
-            crate::cli::BUNDLED_CONFIG,
+            crate::config::BUNDLED_CONFIG,
             std::path::Path::new("heshare.toml"),
         )
         .expect("bundled config")

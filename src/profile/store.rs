@@ -437,7 +437,7 @@ pub fn update(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cli::BUNDLED_CONFIG;
+    use crate::config::BUNDLED_CONFIG;
     use crate::node::gpu::BackendKind;
     use crate::node::state::ClockChange;
 

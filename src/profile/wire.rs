@@ -145,7 +145,7 @@ pub fn decode(s: &str, name: &str) -> Option<JobClass> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cli::BUNDLED_CONFIG;
+    use crate::config::BUNDLED_CONFIG;
     use crate::config::Config;
     use std::path::Path;
 

@@ -1721,8 +1721,8 @@ pub fn energy_lower_bound_j(st: &State<'_>, world: &World, facility: &Facility) 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cli::BUNDLED_CONFIG;
     use crate::cluster::{OPENB_GPU_NODES, parse_node_list};
+    use crate::config::BUNDLED_CONFIG;
     use crate::sim::meter::{HostSpec, PowerSaving};
     use crate::sim::packing::TypicalPods;
     use crate::sim::schedulers::{NAMES, Placement, Scheduler, by_name};

@@ -145,7 +145,7 @@ pub fn jobs(cfg: &Config, n: usize, seed: u64) -> Vec<TraceJob> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cli::BUNDLED_CONFIG;
+    use crate::config::BUNDLED_CONFIG;
     use std::path::Path;
 
     fn cfg() -> Config {

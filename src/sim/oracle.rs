@@ -118,7 +118,7 @@ mod tests {
 
     #[test]
     fn the_oracle_sees_the_truth_the_world_drew() {
-        let cfg = Config::parse(crate::cli::BUNDLED_CONFIG, Path::new("h.toml")).expect("valid");
+        let cfg = Config::parse(crate::config::BUNDLED_CONFIG, Path::new("h.toml")).expect("valid");
         let world = World::new(&cfg);
         let nodes = crate::cluster::parse_node_list(
             crate::cluster::OPENB_GPU_NODES,

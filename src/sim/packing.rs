@@ -706,8 +706,8 @@ mod tests {
 #[cfg(test)]
 mod protocol_tests {
     use super::*;
-    use crate::cli::BUNDLED_CONFIG;
     use crate::cluster::{OPENB_GPU_NODES, parse_node_list};
+    use crate::config::BUNDLED_CONFIG;
     use crate::sim::trace::{OPENB_DEFAULT_PODS, TraceFormat, parse};
     use std::path::Path;
 

@@ -208,7 +208,7 @@ fn with_k80(cfg: &Config) -> Result<Config, String> {
     }
     let text = format!(
         "{}\n{}",
-        crate::cli::BUNDLED_CONFIG,
+        crate::config::BUNDLED_CONFIG,
         super::gavel_workload::K80_CATALOG
     );
     let k80 = Config::parse(&text, Path::new("k80.toml"))
@@ -513,7 +513,7 @@ pub fn summarise(results: &[WorldResult]) -> Vec<Summary> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cli::BUNDLED_CONFIG;
+    use crate::config::BUNDLED_CONFIG;
 
     fn cfg() -> Config {
         Config::parse(BUNDLED_CONFIG, Path::new("h.toml")).expect("valid")

@@ -443,7 +443,7 @@ fn parse_sacct(text: &str, file: &Path, cfg: &Config) -> Result<Vec<TraceJob>, T
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cli::BUNDLED_CONFIG;
+    use crate::config::BUNDLED_CONFIG;
 
     fn cfg() -> Config {
         Config::parse(BUNDLED_CONFIG, Path::new("heshare.toml")).expect("bundled config is valid")

@@ -1197,7 +1197,7 @@ fn inference_variants(class: &str, types: &[TypeTruth], edp: &[EdpRecord]) -> Ve
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cli::BUNDLED_CONFIG;
+    use crate::config::BUNDLED_CONFIG;
     use crate::model::{ModelParams, Tenant, predict};
     use crate::sim::rng::SplitMix;
     use std::path::Path;

@@ -106,7 +106,7 @@ mod tests {
     use std::path::Path;
 
     fn cfg() -> Config {
-        Config::parse(crate::cli::BUNDLED_CONFIG, Path::new("h.toml")).expect("valid")
+        Config::parse(crate::config::BUNDLED_CONFIG, Path::new("h.toml")).expect("valid")
     }
 
     #[test]

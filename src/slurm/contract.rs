@@ -133,7 +133,7 @@ pub fn steps_ask_gres(script: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cli::BUNDLED_CONFIG;
+    use crate::config::BUNDLED_CONFIG;
     use crate::slurm::request::{Live, Site};
     use crate::slurm::request::{Options, TresForm, Verdict, decide};
     use std::path::Path;

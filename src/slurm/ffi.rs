@@ -789,7 +789,7 @@ mod tests {
     //! Slurm's allocator and log: it must never panic, crash or leave the description broken.
 
     use super::*;
-    use crate::cli::BUNDLED_CONFIG;
+    use crate::config::BUNDLED_CONFIG;
     use crate::sim::rng::SplitMix;
     use std::sync::atomic::{AtomicUsize, Ordering};
 

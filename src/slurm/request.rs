@@ -254,7 +254,7 @@ fn decide_within(
         .as_deref()
         .filter(|_| sub.batch || ask.mps_pct.is_some())
     {
-        Some(s) => match crate::cli::parse_share(s) {
+        Some(s) => match ShareRequest::parse(s) {
             Ok(r) => r,
             Err(e) => return Verdict::Reject(format!("heshare: --gpu-share: {e}")),
         },
@@ -664,7 +664,7 @@ fn rewrite(
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::cli::BUNDLED_CONFIG;
+    use crate::config::BUNDLED_CONFIG;
     use crate::model::{JobClass, KilledOn};
     use crate::policy::PlacedJob;
     use crate::profile::{Level, ProfileKey};

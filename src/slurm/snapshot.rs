@@ -493,7 +493,7 @@ pub fn constraint_types(cfg: &Config, features: &str) -> Vec<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cli::BUNDLED_CONFIG;
+    use crate::config::BUNDLED_CONFIG;
     use crate::units::SharePct;
     use std::path::Path;
 
