@@ -8,6 +8,9 @@ that no figure there is typed by hand.
     for i in 1 2 3; do cargo run --release -- bench --json bench$i.json; done
     python3 scripts/doc-tables.py bench bench1.json bench2.json bench3.json
 
+    for i in 1 2 3; do cargo run --release -- bench --node-helper 300 --json nh$i.json; done
+    python3 scripts/doc-tables.py node-helper nh1.json nh2.json nh3.json
+
     cargo run --release -- simulate --mode placement --json placement.json
     python3 scripts/doc-tables.py placement placement.json  # FGD's protocol against its paper
 
@@ -118,6 +121,30 @@ def bench(paths):
     )
 
 
+def node_helper(paths):
+    runs = [json.load(open(p)) for p in paths]
+    rows = [{r["name"]: r for r in run["rows"]} for run in runs]
+    print(
+        "{} runs of `heshare bench --node-helper {} --json FILE`; "
+        "`python3 scripts/doc-tables.py node-helper FILE...`.\n".format(
+            len(runs), runs[0]["node_helper_rounds"]
+        )
+    )
+    print("| | p50 | p99 |")
+    print("|---|---|---|")
+    for r in runs[0]["rows"]:
+        n = r["name"]
+        p50 = [x[n]["p50_us"] for x in rows]
+        p99 = [x[n]["p99_us"] for x in rows]
+        label = "`{}`".format(n.replace("baseline: ", "")) + (
+            " (baseline: process start)" if n.startswith("baseline") else ""
+        )
+        print(f"| {label} | {rng(p50, t)} | {rng(p99, t)} |")
+    base = "baseline: heshare --version"
+    r50 = [x["heshare prolog"]["p50_us"] / x[base]["p50_us"] for x in rows]
+    print("| ratio prolog to the baseline (p50) | {} | |".format(rng(r50, lambda v: f"{v:.1f}×")))
+
+
 def placement(paths):
     (path,) = paths
     d = json.load(open(path))
@@ -140,7 +167,7 @@ def placement(paths):
 
 
 if __name__ == "__main__":
-    tables = {"suite": suite, "bench": bench, "placement": placement}
+    tables = {"suite": suite, "bench": bench, "node-helper": node_helper, "placement": placement}
     if len(sys.argv) < 3 or sys.argv[1] not in tables:
-        sys.exit("usage: doc-tables.py suite|bench|placement FILE.json...")
+        sys.exit("usage: doc-tables.py suite|bench|node-helper|placement FILE.json...")
     tables[sys.argv[1]](sys.argv[2:])

@@ -124,13 +124,13 @@ const RETIRED: &[(&str, &str, &str)] = &[
     ),
 ];
 
-/// `src` with every [`RETIRED`] setting commented out in place (every byte kept or blanked, so
-/// offsets and lines of what is left stay those of the file), and where each one was. A file
-/// that is not TOML is returned as it is, for the parser to locate its error.
-fn strip_retired(src: &str) -> (String, Vec<(String, usize)>) {
-    let Ok(doc) = toml_edit::ImDocument::parse(src.to_owned()) else {
-        return (src.to_owned(), Vec::new());
-    };
+/// `src` (parsed as `doc`) with every [`RETIRED`] setting commented out in place (every byte kept
+/// or blanked, so offsets and lines of what is left stay those of the file), and where each one
+/// was.
+fn strip_retired_in(
+    src: &str,
+    doc: &toml_edit::ImDocument<String>,
+) -> (String, Vec<(String, usize)>) {
     let mut out = src.as_bytes().to_vec();
     let mut found = Vec::new();
     for &(section, name, _) in RETIRED {
@@ -584,7 +584,13 @@ impl Config {
 
     /// Parses and validates `src`; `path` only labels the errors.
     pub fn parse(src: &str, path: &Path) -> Result<Config, LoadError> {
-        let (stripped, retired) = strip_retired(src);
+        // One toml_edit parse serves the retired settings, the ranges and every error's line:
+        // stripping keeps every byte's offset, so its spans hold for the stripped text too.
+        let doc = toml_edit::ImDocument::parse(src.to_owned()).ok();
+        let (stripped, retired) = match &doc {
+            Some(d) => strip_retired_in(src, d),
+            None => (src.to_owned(), Vec::new()),
+        };
         let src = stripped.as_str();
         let raw: RawConfig = serde_path_to_error::deserialize(toml::Deserializer::new(src))
             .map_err(|e| {
@@ -598,12 +604,11 @@ impl Config {
                     message: inner.message().trim().to_owned(),
                 }])
             })?;
-        let mut errs = toml::from_str::<toml::Table>(src)
-            .map(|doc| crate::settings::out_of_range(&doc))
-            .unwrap_or_default();
+        let mut errs = doc.as_ref().map_or_else(Vec::new, |d| {
+            crate::settings::out_of_range(&|section, name| number_in_doc(d, section, name))
+        });
         let mut cfg = validate(raw, &mut errs);
         if errs.is_empty() {
-            let doc = toml_edit::ImDocument::parse(src.to_owned()).ok();
             cfg.node.mps_control_origin = match doc
                 .as_ref()
                 .and_then(|d| line_of_field(d, src, "node.mps_control"))
@@ -628,7 +633,6 @@ impl Config {
                 .collect();
             Ok(cfg)
         } else {
-            let doc = toml_edit::ImDocument::parse(src.to_owned()).ok();
             Err(LoadError::Invalid(
                 errs.into_iter()
                     .map(|(field, message)| ConfigError {
@@ -668,6 +672,22 @@ pub fn settings_reference() -> String {
             None => "unset".to_owned(),
         },
     )
+}
+
+/// A setting's value in `doc` where it is a number, with the way the file wrote it (a retired
+/// setting is never looked up: none is in `settings::SETTINGS`).
+fn number_in_doc(
+    doc: &toml_edit::ImDocument<String>,
+    section: &str,
+    name: &str,
+) -> Option<(f64, String)> {
+    let v = doc.get(section)?.as_table_like()?.get(name)?.as_value()?;
+    #[allow(clippy::cast_precision_loss)]
+    match v {
+        toml_edit::Value::Float(f) => Some((*f.value(), v.to_string().trim().to_owned())),
+        toml_edit::Value::Integer(i) => Some((*i.value() as f64, v.to_string().trim().to_owned())),
+        _ => None,
+    }
 }
 
 fn line_of_offset(src: &str, offset: usize) -> usize {
@@ -1817,7 +1837,7 @@ memory_gib = 8
         assert_eq!(fields, defined);
         // Every default is within its range.
         let defaults = default_table();
-        assert!(crate::settings::out_of_range(&defaults).is_empty());
+        assert!(crate::settings::out_of_range(&crate::settings::number_in(&defaults)).is_empty());
         // The shipped file sets what it sets to the defaults, so that a setting's value is
         // written once too.
         let shipped: toml::Table =

@@ -522,32 +522,43 @@ pub fn find(section: &str, name: &str) -> Option<&'static Setting> {
         .find(|s| s.section == section && s.name == name)
 }
 
-/// Range problems of `doc` (the parsed file), as `(field, message)`: a number outside its
-/// setting's range. Types are serde's to check, and cross-references `config.rs`'s.
-pub fn out_of_range(doc: &toml::Table) -> Vec<(String, String)> {
+/// A setting's value (`section`, `name`) where a file sets it to a number, with the way the file
+/// wrote it.
+pub type NumberLookup<'a> = dyn Fn(&str, &str) -> Option<(f64, String)> + 'a;
+
+/// Range problems of a parsed file, as `(field, message)`: a number outside its setting's range.
+/// `number(section, name)` gives a setting's value where the file sets it to a number, with the
+/// way the file wrote it. Types are serde's to check, and cross-references `config.rs`'s.
+pub fn out_of_range(number: &NumberLookup<'_>) -> Vec<(String, String)> {
     let mut errs = Vec::new();
     for s in SETTINGS {
         let Range::Number { min, max } = s.range else {
             continue;
         };
-        let Some(v) = doc.get(s.section).and_then(|t| t.get(s.name)) else {
+        let Some((x, written)) = number(s.section, s.name) else {
             continue;
-        };
-        #[allow(clippy::cast_precision_loss)]
-        let x = match v {
-            toml::Value::Float(f) => *f,
-            toml::Value::Integer(i) => *i as f64,
-            _ => continue,
         };
         if !(x.is_finite() && x >= min && x <= max) {
             let unit = match s.unit {
                 "" | "x" => String::new(),
                 u => format!(" ({u})"),
             };
-            errs.push((s.key(), format!("{v} is outside {min}..={max}{unit}")));
+            errs.push((s.key(), format!("{written} is outside {min}..={max}{unit}")));
         }
     }
     errs
+}
+
+/// `out_of_range`'s lookup on a `toml::Table`.
+pub fn number_in(doc: &toml::Table) -> impl Fn(&str, &str) -> Option<(f64, String)> + '_ {
+    move |section, name| {
+        #[allow(clippy::cast_precision_loss)]
+        match doc.get(section).and_then(|t| t.get(name))? {
+            v @ toml::Value::Float(f) => Some((*f, v.to_string())),
+            v @ toml::Value::Integer(i) => Some((*i as f64, v.to_string())),
+            _ => None,
+        }
+    }
 }
 
 /// The reference page: every setting with its role, unit, default, range and meaning.
@@ -631,7 +642,7 @@ mod tests {
             "[policy]\nslowdown_bound = 0.5\nmax_jobs_per_gpu = 8\n[live]\nsnapshot_period_s = 0\n",
         )
         .expect("toml");
-        let errs = out_of_range(&doc);
+        let errs = out_of_range(&number_in(&doc));
         assert_eq!(
             errs,
             [

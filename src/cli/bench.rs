@@ -234,7 +234,7 @@ fn best_fit(view: &ClusterView, want: u32) -> Option<usize> {
 
 pub fn run(out: &mut impl Write, cfg: &Config, args: &BenchArgs) -> Result<()> {
     if let Some(rounds) = args.node_helper {
-        return node_helper(out, rounds.max(1));
+        return node_helper(out, rounds.max(1), args.json.as_deref());
     }
     let (text, label) = super::read_or_bundled(
         args.cluster.as_deref(),
@@ -470,7 +470,7 @@ pub fn run(out: &mut impl Write, cfg: &Config, args: &BenchArgs) -> Result<()> {
 
 /// Wall time of `heshare prolog` and `heshare epilog` as slurmd runs them: a process per hook,
 /// on a GPU that already holds three sharing jobs, so each run re-optimises a set of four.
-fn node_helper(out: &mut impl Write, rounds: usize) -> Result<()> {
+fn node_helper(out: &mut impl Write, rounds: usize, json: Option<&Path>) -> Result<()> {
     use anyhow::Context;
     use std::process::Command;
     let exe = std::env::current_exe().context("cannot find the heshare binary")?;
@@ -540,11 +540,12 @@ fn node_helper(out: &mut impl Write, rounds: usize) -> Result<()> {
         "{:<34} {:>10} {:>10} {:>10}",
         "", "p50 (ms)", "p99 (ms)", "max (ms)"
     )?;
-    for (name, v) in [
+    let paths: [(&'static str, &[Duration]); 3] = [
         ("heshare prolog", &pro),
         ("heshare epilog", &epi),
         ("baseline: heshare --version", &base),
-    ] {
+    ];
+    for (name, v) in paths {
         writeln!(
             out,
             "{name:<34} {:>10.2} {:>10.2} {:>10.2}",
@@ -552,6 +553,21 @@ fn node_helper(out: &mut impl Write, rounds: usize) -> Result<()> {
             ms(percentile(v, 0.99)),
             ms(*v.last().unwrap_or(&Duration::ZERO))
         )?;
+    }
+    if let Some(path) = json {
+        let rows: Vec<TimedRow> = paths
+            .iter()
+            .map(|&(name, v)| TimedRow {
+                name,
+                p50_us: ms(percentile(v, 0.5)) * 1e3,
+                p99_us: ms(percentile(v, 0.99)) * 1e3,
+                mean_us: v.iter().map(|d| d.as_secs_f64() * 1e6).sum::<f64>()
+                    / v.len().max(1) as f64,
+            })
+            .collect();
+        let doc = serde_json::json!({ "node_helper_rounds": rounds, "rows": rows });
+        std::fs::write(path, serde_json::to_vec_pretty(&doc)?)
+            .map_err(|e| anyhow::anyhow!("{}: cannot write: {e}", path.display()))?;
     }
     let r = |v: &[Duration]| ms(percentile(v, 0.5)) / ms(percentile(&base, 0.5)).max(1e-6);
     writeln!(
