@@ -1053,8 +1053,7 @@ fn evaluate(
             exclusive,
             // Scored as the optimizer would clock it; where the node helper keeps the default
             // clock (`keeps_default_clock`) the decision says so. (Scoring such jobs at the
-            // default clock sent more jobs to share at load 0.9 on the simulated openb slice:
-            // mean JCT 1.08x the best baseline's, not 0.98x.)
+            // default clock sent more of them to share: docs/history.md.)
             sm_clock_mhz: if default_clock {
                 plan.at_default_clock.clock.0
             } else {
