@@ -126,14 +126,14 @@ const RETIRED: &[(&str, &str, &str)] = &[
 
 /// `src` (parsed as `doc`) with every [`RETIRED`] setting commented out in place (every byte kept
 /// or blanked, so offsets and lines of what is left stay those of the file), and where each one
-/// was.
+/// was, with why it is no longer read.
 fn strip_retired_in(
     src: &str,
     doc: &toml_edit::ImDocument<String>,
-) -> (String, Vec<(String, usize)>) {
+) -> (String, Vec<(String, usize, &'static str)>) {
     let mut out = src.as_bytes().to_vec();
     let mut found = Vec::new();
-    for &(section, name, _) in RETIRED {
+    for &(section, name, why) in RETIRED {
         let Some(table) = doc.get(section).and_then(toml_edit::Item::as_table) else {
             continue;
         };
@@ -152,7 +152,11 @@ fn strip_retired_in(
                 *b = b' ';
             }
         }
-        found.push((format!("{section}.{name}"), line_of_offset(src, k.start)));
+        found.push((
+            format!("{section}.{name}"),
+            line_of_offset(src, k.start),
+            why,
+        ));
     }
     found.sort_by_key(|f| f.1);
     // Only ASCII bytes were written over whole characters' bytes: a multi-byte character in a
@@ -618,17 +622,11 @@ impl Config {
             };
             cfg.retired = retired
                 .into_iter()
-                .map(|(field, line)| {
-                    let why = RETIRED
-                        .iter()
-                        .find(|(sec, name, _)| field == format!("{sec}.{name}"))
-                        .map_or("", |r| r.2);
-                    ConfigError {
-                        file: path.to_owned(),
-                        line: Some(line),
-                        field,
-                        message: format!("no longer read ({why}); remove it"),
-                    }
+                .map(|(field, line, why)| ConfigError {
+                    file: path.to_owned(),
+                    line: Some(line),
+                    field,
+                    message: format!("no longer read ({why}); remove it"),
                 })
                 .collect();
             Ok(cfg)

@@ -515,13 +515,6 @@ pub const SETTINGS: &[Setting] = &[
     },
 ];
 
-/// The setting `section.name`, if there is one.
-pub fn find(section: &str, name: &str) -> Option<&'static Setting> {
-    SETTINGS
-        .iter()
-        .find(|s| s.section == section && s.name == name)
-}
-
 /// A setting's value (`section`, `name`) where a file sets it to a number, with the way the file
 /// wrote it.
 pub type NumberLookup<'a> = dyn Fn(&str, &str) -> Option<(f64, String)> + 'a;
@@ -549,7 +542,9 @@ pub fn out_of_range(number: &NumberLookup<'_>) -> Vec<(String, String)> {
     errs
 }
 
-/// `out_of_range`'s lookup on a `toml::Table`.
+/// `out_of_range`'s lookup on a `toml::Table` (the tests' files; `config` reads its own
+/// `toml_edit` document).
+#[cfg(test)]
 pub fn number_in(doc: &toml::Table) -> impl Fn(&str, &str) -> Option<(f64, String)> + '_ {
     move |section, name| {
         #[allow(clippy::cast_precision_loss)]
