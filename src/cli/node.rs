@@ -106,13 +106,12 @@ fn log_notes(cfg: &Config, node: &str, what: &str, notes: &[String]) {
 
 /// slurm.conf as slurmd reads it: `SLURM_CONF`, which slurmd sets in the Prolog's and Epilog's
 /// environment (the job cannot: only `SPANK_*` entries come from it), else the default path.
-/// Unreadable: empty, and the GPU type comes from elsewhere.
-fn slurm_conf_text() -> String {
-    let path = std::env::var_os("SLURM_CONF")
+/// Unreadable when the helper needs it: the GPU type comes from elsewhere.
+fn slurm_conf_path() -> std::path::PathBuf {
+    std::env::var_os("SLURM_CONF")
         .map(std::path::PathBuf::from)
         .filter(|p| p.is_absolute())
-        .unwrap_or_else(|| "/etc/slurm/slurm.conf".into());
-    std::fs::read_to_string(path).unwrap_or_default()
+        .unwrap_or_else(|| "/etc/slurm/slurm.conf".into())
 }
 
 pub fn hook(args: &HookArgs, which: Hook) -> Result<()> {
@@ -128,7 +127,7 @@ pub fn hook(args: &HookArgs, which: Hook) -> Result<()> {
     else {
         return Ok(()); // no GPUs: nothing to do
     };
-    let mut helper = NodeHelper::new(&cfg, &job.node).with_slurm_conf(&slurm_conf_text());
+    let mut helper = NodeHelper::new(&cfg, &job.node).with_slurm_conf(slurm_conf_path());
     let result = match which {
         Hook::Prolog => helper.prolog(&job),
         Hook::Epilog => helper.epilog(&job),

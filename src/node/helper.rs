@@ -392,8 +392,9 @@ pub struct NodeHelper<'a> {
     dir: StateDir,
     mps: Mps,
     kill_at: Option<String>,
-    /// The GPU type slurm.conf's `Gres=gpu:TYPE:N` gives this node, if the hook read one.
-    slurm_gpu_type: Option<String>,
+    /// slurm.conf as slurmd reads it, for the `Gres=gpu:TYPE:N` of this node (read only where
+    /// nothing before it names a GPU's type).
+    slurm_conf: Option<std::path::PathBuf>,
     /// Notes for the log (slurmd keeps the helper's stderr in its log at debug level).
     pub warnings: Vec<String>,
 }
@@ -451,16 +452,16 @@ impl<'a> NodeHelper<'a> {
             dir: StateDir::new(&cfg.node.state_dir, node),
             mps: mps_of(cfg, node),
             kill_at: std::env::var("HESHARE_TEST_KILL_AT").ok(),
-            slurm_gpu_type: None,
+            slurm_conf: None,
             warnings: Vec::new(),
         }
     }
 
-    /// What slurm.conf (`text`) says of this node's GPUs: its `Gres=gpu:TYPE:N` type, for GPUs
+    /// Where slurm.conf is (`path`), for this node's `Gres=gpu:TYPE:N` type: the answer for GPUs
     /// whose NVML name matches no catalog type (or no NVML at all) and no `[node]` setting names.
     #[must_use]
-    pub fn with_slurm_conf(mut self, text: &str) -> Self {
-        self.slurm_gpu_type = crate::config::slurm_node_gpu_type(text, &self.node);
+    pub fn with_slurm_conf(mut self, path: std::path::PathBuf) -> Self {
+        self.slurm_conf = Some(path);
         self
     }
 
@@ -561,24 +562,27 @@ impl<'a> NodeHelper<'a> {
     }
 
     fn gpu_type_for(&self, run: &Run, gpu: u32, job: &JobEnv) -> Result<usize, HelperError> {
-        let known = run.st.gpus.get(&gpu).map(|g| g.gpu_type.clone());
-        let by_name = run
-            .gpu
-            .name(gpu)
-            .ok()
-            .and_then(|n| self.match_device_name(&n));
         // What the node knows of its own hardware comes first: a job offered several types does
-        // not say which one it landed on.
-        let candidates = [
-            known,
-            by_name,
-            self.cfg.node.node_gpu_types.get(&self.node).cloned(),
-            self.cfg.node.gpu_type.clone(),
-            self.slurm_gpu_type.clone(),
-            job.gpu_type.clone(),
+        // not say which one it landed on. Each source is asked only when those before it said
+        // nothing the catalog knows (NVML is a driver call, slurm.conf a file read).
+        let sources: [&dyn Fn() -> Option<String>; 6] = [
+            &|| run.st.gpus.get(&gpu).map(|g| g.gpu_type.clone()),
+            &|| {
+                run.gpu
+                    .name(gpu)
+                    .ok()
+                    .and_then(|n| self.match_device_name(&n))
+            },
+            &|| self.cfg.node.node_gpu_types.get(&self.node).cloned(),
+            &|| self.cfg.node.gpu_type.clone(),
+            &|| {
+                let text = std::fs::read_to_string(self.slurm_conf.as_ref()?).ok()?;
+                crate::config::slurm_node_gpu_type(&text, &self.node)
+            },
+            &|| job.gpu_type.clone(),
         ];
-        for name in candidates.into_iter().flatten() {
-            if let Some(t) = self.cfg.resolve_gpu_type(&name) {
+        for source in sources {
+            if let Some(t) = source().and_then(|name| self.cfg.resolve_gpu_type(&name)) {
                 return Ok(t);
             }
         }
