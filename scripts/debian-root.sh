@@ -93,10 +93,11 @@ git clone -q "$repo" "$root$clone"
 echo "debian-root: $release ($(chroot "$root" slurmctld -V)), running: $*"
 # In the background and waited for, so that a signal reaches the trap at once (bash defers traps
 # until a foreground child exits).
-# The command's environment is scrubbed but for the CI switches (HESHARE_CI_*).
+# The command's environment is scrubbed but for the CI switches (HESHARE_CI_*) and the
+# regression suite's (HESHARE_REGRESSION_*).
 ci_env=()
 while IFS='=' read -r name value; do
-  [[ $name == HESHARE_CI_* ]] && ci_env+=("$name=$value")
+  [[ $name == HESHARE_CI_* || $name == HESHARE_REGRESSION_* ]] && ci_env+=("$name=$value")
 done < <(env)
 chroot "$root" /usr/bin/env -i HOME=/root PATH=/opt/heshare-cargo/bin:/usr/sbin:/usr/bin:/sbin:/bin \
   RUSTUP_HOME=/opt/heshare-rustup CARGO_HOME=/opt/heshare-cargo TMPDIR=/tmp LANG=C.UTF-8 "${ci_env[@]}" \

@@ -23,6 +23,8 @@
 # python3-pexpect for the Python suite and `expect` for the expect suite. Each expect test has a
 # deadline of $HESHARE_REGRESSION_TIMEOUT seconds (default 300). Logs of the runs stay in the
 # printed directory when a test differs, or with HESHARE_REGRESSION_KEEP=1.
+# HESHARE_REGRESSION_ONLY="expect:test39.3 testsuite:tests/test_x.py" runs only those tests (the
+# keys a differing test is printed with), to look into one difference without the whole suite.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 case ${1:-} in
@@ -185,11 +187,17 @@ compare() {  # PLAIN HESHARE
   done < <(cat "$a" "$b" | awk '{print $2}' | sort -u)
 }
 
+only=""
+if [ -n "${HESHARE_REGRESSION_ONLY:-}" ]; then
+  only=$work/only.keys
+  tr ' ' '\n' <<<"$HESHARE_REGRESSION_ONLY" | grep -v '^$' > "$only"
+fi
+
 t0=$SECONDS
 # Both sides at once, on clusters of their own (their tests mostly wait on Slurm).
-run_side plain 18817 "$work/plain.outcomes" > "$work/plain.run" 2>&1 &
+run_side plain 18817 "$work/plain.outcomes" "$only" > "$work/plain.run" 2>&1 &
 plain_pid=$!
-run_side heshare 18857 "$work/heshare.outcomes" > "$work/heshare.run" 2>&1 &
+run_side heshare 18857 "$work/heshare.outcomes" "$only" > "$work/heshare.run" 2>&1 &
 heshare_pid=$!
 wait "$plain_pid"; plain_rc=$?
 wait "$heshare_pid"; heshare_rc=$?
