@@ -72,8 +72,15 @@ mounts+=("$root/proc")
 bind /sys /sys
 bind /dev /dev
 cp /etc/resolv.conf "$root/etc/resolv.conf"
-# A minimal root has no /etc/hosts, and Slurm resolves "localhost".
-[ -s "$root/etc/hosts" ] || printf '127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n' > "$root/etc/hosts"
+# The host's names, as for DNS: Slurm resolves "localhost", and slurmctld the host name srun
+# and salloc report (a minimal root has no /etc/hosts; without that name each job's completion
+# message waited ten seconds on the resolver and its step's another minute on retries, long
+# enough for Slurm's own tests to time out).
+{
+  cat /etc/hosts 2>/dev/null
+  grep -qw localhost /etc/hosts 2>/dev/null || printf '127.0.0.1\tlocalhost\n'
+  grep -qw "$(hostname)" /etc/hosts 2>/dev/null || printf '127.0.1.1\t%s\n' "$(hostname)"
+} > "$root/etc/hosts"
 if [ ! -e "$root/.heshare-ready" ]; then
   chroot "$root" /usr/bin/env DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null
   # shellcheck disable=SC2086 # a list of package names
