@@ -243,6 +243,15 @@ pub fn derive(
     s: DeriveSettings,
 ) -> Option<Learned> {
     let reference = &cfg.gpu_types[cfg.reference_gpu];
+    // Weights are relative to the newest run, which weighs one: a profile whose runs are all
+    // old (many half-lives) still averages them, rather than its weights vanishing against the
+    // guards on their sums.
+    let newest_s = profile
+        .types
+        .values()
+        .flat_map(|r| r.samples.iter().map(|x| x.end_s))
+        .fold(f64::NEG_INFINITY, f64::max)
+        .min(now_s);
     let mut data: Vec<TypeData<'_>> = Vec::new();
     for (name, runs) in &profile.types {
         let Some(t) = cfg.gpu_type(name) else {
@@ -254,7 +263,7 @@ pub fn derive(
         let samples: Vec<&Sample> = runs.samples.iter().collect();
         let weights = samples
             .iter()
-            .map(|x| recency_weight(x.end_s, now_s, s.half_life_s))
+            .map(|x| recency_weight(x.end_s, newest_s, s.half_life_s))
             .collect();
         data.push(TypeData {
             t,
@@ -690,6 +699,43 @@ mod tests {
         assert!((l.class.power_util - 0.6).abs() < 0.11);
         assert_eq!(l.class.memory_gib, 9.0);
         assert!(l.overruled.is_none());
+    }
+
+    /// Runs weigh against each other by age: a profile whose runs are all decades old (here 60
+    /// years, 730 half-lives) still gives their runtimes, not a runtime its vanishing weights
+    /// made up (it gave the other types one second).
+    #[test]
+    fn old_runs_weigh_against_each_other_not_against_now() {
+        let cfg = cfg();
+        let b = book(&[("a100", 2000.0, 0.6, 1.0), ("a100", 2100.0, 0.6, 1.0)]);
+        let l = lookup(
+            &cfg,
+            &b,
+            &[key()],
+            Asked {
+                label: None,
+                share: false,
+            },
+            60.0 * 365.0 * 86_400.0,
+            SETTINGS,
+        )
+        .expect("enough runs");
+        let reference = &cfg.gpu_types[cfg.reference_gpu];
+        let on = |t: &str| {
+            alone_runtime(
+                &l.class,
+                &cfg.gpu_types[cfg.gpu_type(t).expect("type")],
+                reference,
+            )
+            .0
+        };
+        assert!((on("a100") - 2100.0).abs() < 1.0, "{}", on("a100"));
+        assert!(
+            on("v100m16") > on("a100"),
+            "{} {}",
+            on("v100m16"),
+            on("a100")
+        );
     }
 
     /// An account's profile mixes its users' jobs: it may place an unlabelled whole-GPU job,
