@@ -88,6 +88,12 @@ const RETIRED: &[(&str, &str, &str)] = &[
     ),
     (
         "policy",
+        "limit_headroom",
+        "a profiled job's time limit is held at the profile's quantile on every type, wider where \
+         its runs did not measure the type",
+    ),
+    (
+        "policy",
         "max_auto_share_pct",
         "an auto share or a whole GPU on an idle GPU is whichever placement's cost ranks first",
     ),
@@ -186,7 +192,6 @@ pub struct PolicyKnobs {
     pub demand_margin: f64,
     pub limit_type: String,
     pub time_slice_efficiency: f64,
-    pub limit_headroom: f64,
     pub contention_worst: f64,
     pub time_value_kwh_per_gpu_hour: f64,
     pub resize_asked_shares: bool,
@@ -206,7 +211,6 @@ impl Default for PolicyKnobs {
             demand_margin: 0.15,
             limit_type: "slowest".to_owned(),
             time_slice_efficiency: 0.8,
-            limit_headroom: 2.0,
             contention_worst: 98.4,
             // See `time_value_kwh_per_gpu_hour` in `settings.rs` for the argument.
             time_value_kwh_per_gpu_hour: 3.0,
@@ -1030,6 +1034,7 @@ fn validate(raw: RawConfig, errs: &mut Problems) -> Config {
             measured_speed: vec![],
             limit_kills: vec![],
             neighbours: None,
+            runtime_log_sd: None,
         });
     }
     validate_node(&raw.node, &gpu_types, errs);
@@ -1693,24 +1698,19 @@ memory_gib = 8
     }
 
     #[test]
-    fn a_negative_limit_headroom_is_refused_by_name() {
-        let bad = SMALL.replace(
-            "energy_weight = 0.5",
-            "energy_weight = 0.5\nlimit_headroom = -0.5",
-        );
-        let errs = parse(&bad).expect_err("must fail");
-        assert_eq!(errs[0].field, "policy.limit_headroom", "{}", errs[0]);
-        assert!(
-            errs[0].to_string().contains("-0.5 is outside 0..=10"),
-            "{}",
-            errs[0]
-        );
-        let ok = SMALL.replace(
+    fn a_retired_limit_headroom_still_loads_and_says_what_holds_the_limit_now() {
+        let old = SMALL.replace(
             "energy_weight = 0.5",
             "energy_weight = 0.5\nlimit_headroom = 2",
         );
-        let cfg = parse(&ok).expect("valid");
-        assert!((cfg.policy.limit_headroom - 2.0).abs() < 1e-12);
+        let cfg = parse(&old).expect("valid");
+        let w = cfg
+            .retired
+            .iter()
+            .find(|r| r.field == "policy.limit_headroom")
+            .expect("named");
+        assert_eq!(w.line, Some(4), "{w}");
+        assert!(w.to_string().contains("profile's quantile"), "{w}");
     }
 
     /// The neighbour rule's settings: out of range is an error naming the field; absent, the

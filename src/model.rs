@@ -123,6 +123,10 @@ pub struct JobClass {
     /// What its own runs measured of how much busy neighbours slow it (a profile's); `None`
     /// where no run of it shared a GPU with busy neighbours, and for the catalog's classes.
     pub neighbours: Option<NeighbourSlowdown>,
+    /// How much its runtime alone spreads from run to run, as the standard deviation of its log
+    /// (a profile's, from runs that measured one type at least twice); `None` for the catalog's
+    /// classes and where its runs cannot tell.
+    pub runtime_log_sd: Option<f64>,
 }
 
 /// How much busy neighbours slow a job, as its profile measured it: runs that shared a GPU
@@ -615,6 +619,7 @@ pub(crate) mod tests {
             measured_speed: vec![],
             limit_kills: vec![],
             neighbours: None,
+            runtime_log_sd: None,
         }
     }
 

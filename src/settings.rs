@@ -213,16 +213,6 @@ pub const SETTINGS: &[Setting] = &[
     },
     Setting {
         section: "policy",
-        name: "limit_headroom",
-        role: Rule,
-        unit: "fraction of the runtime",
-        range: num(0.0, 10.0),
-        meaning: "A job whose profile says its time limit leaves it less than this fraction over \
-                  its runtime alone on a type gets a GPU of its own there. A proxy for the risk \
-                  of a kill, to be priced instead.",
-    },
-    Setting {
-        section: "policy",
         name: "contention_worst",
         role: Rule,
         unit: "slowdown per busy share",
@@ -273,7 +263,9 @@ pub const SETTINGS: &[Setting] = &[
         role: Learning,
         unit: "",
         range: num(0.5, 1.0),
-        meaning: "The quantile of a job's runs its runtime and need are taken at.",
+        meaning: "The quantile of a job's runs its runtime and need are taken at, and its time \
+                  limit held at (on a type its runs never measured, of the belief widened by the \
+                  catalog's spread of speed exponents).",
     },
     Setting {
         section: "profiles",

@@ -446,6 +446,47 @@ fn profiles_are_updated_listed_shown_and_forgotten() {
     let rows: Value = serde_json::from_str(&stdout(&o)).expect("json");
     assert_eq!(rows[0]["key"], "script:1000:00000000000000aa");
     assert_eq!(rows[0]["runs"], 3);
+    // Planned as its profile says: its three a100 runs (600 to 620 s) against a 640 s limit
+    // leave an a100 a chance of a kill that a limit of an hour does not, and the table says so.
+    let explain = |limit: &str| {
+        let o = heshare(&[
+            "plan",
+            "--profile",
+            "script:1000:00000000000000aa",
+            "--time-limit",
+            limit,
+            "--explain",
+            "--config",
+            c,
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        stdout(&o)
+    };
+    let p_kill_on_a100 = |table: &str| -> f64 {
+        let row = table
+            .lines()
+            .find(|l| l.split_whitespace().nth(1) == Some("a100"))
+            .unwrap_or_else(|| panic!("no a100 row: {table}"));
+        let cell = row
+            .split_whitespace()
+            .find(|w| w.ends_with('%'))
+            .unwrap_or_else(|| panic!("no P(kill): {row}"));
+        cell.trim_end_matches('%').parse().expect("percent")
+    };
+    let tight = explain("640");
+    assert!(tight.contains("P(kill)"), "{tight}");
+    assert!(p_kill_on_a100(&tight) > 0.0, "{tight}");
+    assert!(
+        p_kill_on_a100(&explain("3600")) < 0.05,
+        "{}",
+        explain("3600")
+    );
+    let o = heshare(&["plan", "--profile", "nope", "--config", c]);
+    assert!(
+        !o.status.success() && stderr(&o).contains("\"nope\" is not a profile key"),
+        "{}",
+        stderr(&o)
+    );
     let o = heshare(&[
         "profiles",
         "show",

@@ -48,6 +48,7 @@ fn class_strategy() -> impl Strategy<Value = JobClass> {
             measured_speed: vec![],
             limit_kills: vec![],
             neighbours: None,
+            runtime_log_sd: None,
         })
 }
 

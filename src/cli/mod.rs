@@ -88,7 +88,7 @@ struct PlanArgs {
     #[command(flatten)]
     config: ConfigArg,
     /// Job class from the config (e.g. bert-train).
-    #[arg(long, required_unless_present = "job", conflicts_with = "job")]
+    #[arg(long, required_unless_present_any = ["job", "profile"], conflicts_with = "job")]
     class: Option<String>,
     /// Number of GPUs.
     #[arg(long, default_value_t = 1)]
@@ -105,8 +105,19 @@ struct PlanArgs {
     /// performance (time first), balanced (the site's time value) or energy (energy first).
     #[arg(long, value_enum)]
     energy_policy: Option<EnergyPolicyArg>,
+    /// The job's time limit in seconds (as `sbatch -t`).
+    #[arg(long, value_name = "SECS", value_parser = parse_limit)]
+    time_limit: Option<f64>,
+    /// Decide the job as its profile in the store says (a key as `heshare profiles list`
+    /// prints it): its runs' runtimes, and with --time-limit the chance of a kill per option.
+    #[arg(long, value_name = "KEY", conflicts_with = "job")]
+    profile: Option<String>,
+    /// The profile store [default: [profiles] store].
+    #[arg(long, value_name = "FILE", requires = "profile")]
+    store: Option<PathBuf>,
     /// Print each option's cost in its terms: facility energy (J), completion time (s), the
-    /// delay it imposes on waiting work (s), and the cost at the job's exchange rate (J).
+    /// delay it imposes on waiting work (s), the chance of a kill at the time limit and its
+    /// expected cost (J), and the cost at the job's exchange rate (J).
     #[arg(long)]
     explain: bool,
     /// The job as JSON instead of flags ("-" for standard input).
@@ -352,7 +363,7 @@ fn read_job(path: &Path) -> Result<JobRequest> {
 
 fn plan(out: &mut impl Write, args: &PlanArgs) -> Result<()> {
     let (cfg, label) = load_config(&args.config.config)?;
-    let req = match &args.job {
+    let mut req = match &args.job {
         Some(p) => read_job(p)?,
         None => JobRequest {
             class: args.class.clone().unwrap_or_default(),
@@ -361,12 +372,26 @@ fn plan(out: &mut impl Write, args: &PlanArgs) -> Result<()> {
             user: args.user.clone(),
             gpu_types: args.gpu_types.clone(),
             energy_policy: args.energy_policy.map(Into::into),
-            time_limit_s: None,
+            time_limit_s: args.time_limit,
             reference_share: None,
             demand_pct: None,
             learned: None,
         },
     };
+    if let Some(key) = &args.profile {
+        let learned = profiles::learned_for(
+            &cfg,
+            args.store.as_deref(),
+            key,
+            args.class.as_deref(),
+            matches!(args.share, ShareRequest::Pct(_)),
+        )?;
+        // As the plugin names it: the user's class, else the profile's family.
+        if req.class.is_empty() {
+            req.class = learned.class_family().to_owned();
+        }
+        req.learned = Some(learned.class);
+    }
     let view = ClusterView::idle_types(&cfg);
     let plan = match place(&cfg, &view, &req) {
         Ok(p) => p,
@@ -383,6 +408,14 @@ fn plan(out: &mut impl Write, args: &PlanArgs) -> Result<()> {
         Format::Table => print_plan(out, &plan, &label)?,
     }
     Ok(())
+}
+
+/// A time limit in seconds: positive and finite.
+fn parse_limit(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(x) if x.is_finite() && x > 0.0 => Ok(x),
+        _ => Err(format!("\"{s}\" is not a number of seconds above 0")),
+    }
 }
 
 /// How a candidate uses its GPUs, as the plan tables print it.
@@ -404,17 +437,36 @@ fn print_costs(out: &mut impl Write, plan: &Plan, label: &str) -> std::io::Resul
     );
     writeln!(
         out,
-        "cost = facility energy + {rate} x (completion time + delay imposed on waiting work)"
+        "cost = facility energy + {rate} x (completion time + delay imposed on waiting work) + P(kill) x (energy until the limit + the limit's time at that rate)"
     )?;
     writeln!(
         out,
-        "{:>4}  {:<10} {:>10} {:>9} {:>12} {:>10} {:>10} {:>10} {:>12}",
-        "rank", "gpu_type", "share", "clock", "energy J", "wait s", "time s", "delay s", "cost J"
+        "{:>4}  {:<10} {:>10} {:>9} {:>12} {:>10} {:>10} {:>10} {:>7} {:>12} {:>12}",
+        "rank",
+        "gpu_type",
+        "share",
+        "clock",
+        "energy J",
+        "wait s",
+        "time s",
+        "delay s",
+        "P(kill)",
+        "kill J",
+        "cost J"
     )?;
     for (i, c) in plan.candidates.iter().enumerate() {
+        // A job whose limit is not known against its own runs has no kill priced ("-"), nor
+        // one ranked by one term first.
+        let (p_kill, kill_j) = match plan.decision.time_value_w {
+            Some(rate) if c.limit_s > 0.0 => (
+                format!("{:.1}%", c.kill_probability * 100.0),
+                format!("{:.0}", cost::kill_j(c, cost::Exchange::Rate(rate))),
+            ),
+            _ => ("-".to_owned(), "-".to_owned()),
+        };
         writeln!(
             out,
-            "{:>4}  {:<10} {:>10} {:>5} MHz {:>12.0} {:>10.0} {:>10.0} {:>10.0} {:>12.0}",
+            "{:>4}  {:<10} {:>10} {:>5} MHz {:>12.0} {:>10.0} {:>10.0} {:>10.0} {:>7} {:>12} {:>12.0}",
             i + 1,
             c.gpu_type,
             share_label(c),
@@ -423,6 +475,8 @@ fn print_costs(out: &mut impl Write, plan: &Plan, label: &str) -> std::io::Resul
             c.wait_s,
             cost::time_s(c),
             c.imposed_delay_s,
+            p_kill,
+            kill_j,
             c.cost_j
         )?;
     }

@@ -65,6 +65,42 @@ fn open(cfg: &Config, store: Option<&Path>) -> Result<(PathBuf, StoreFile)> {
     Ok((path, file))
 }
 
+/// What profile `key` in the store (`store`, else `[profiles] store`) says of a job labelled
+/// `label` (a catalog class, if any) asking for a share or not, as the plugin derives it now.
+pub fn learned_for(
+    cfg: &Config,
+    store: Option<&Path>,
+    key: &str,
+    label: Option<&str>,
+    share: bool,
+) -> Result<crate::profile::Learned> {
+    let (path, f) = open(cfg, store)?;
+    let k = ProfileKey::parse(key)
+        .with_context(|| format!("--profile: \"{key}\" is not a profile key (LEVEL:OWNER:REST)"))?;
+    let label = match label {
+        Some(l) => Some(
+            cfg.class(l)
+                .ok_or_else(|| anyhow!("--class: unknown class \"{l}\""))?,
+        ),
+        None => None,
+    };
+    crate::profile::lookup(
+        cfg,
+        &f.book,
+        std::slice::from_ref(&k),
+        Asked { label, share },
+        now_s(),
+        cfg.profiles.derive_settings(),
+    )
+    .ok_or_else(|| {
+        anyhow!(
+            "--profile: {} has no profile {key} that decides (too few runs, or runs too unlike \
+             to be one job: `heshare profiles show {key}`)",
+            path.display()
+        )
+    })
+}
+
 pub fn run(out: &mut impl Write, cmd: &ProfilesCommand) -> Result<()> {
     match cmd {
         ProfilesCommand::Update { config, store } => {

@@ -883,10 +883,10 @@ impl<'a> NodeHelper<'a> {
             clock_of(&optimize(gpu, reference, sj, params))
         }) {
             Ok(clock) => (clock, None),
-            Err(Stays::LimitTooClose(i)) => (
+            Err(Stays::KilledSharing(i)) => (
                 gpu.default_sm_clock,
                 Some(format!(
-                    "job {}'s time limit leaves it too little room here: default clock",
+                    "a run of job {} was killed at its time limit here beside a neighbour: default clock",
                     jobs.get(i).map_or("?", |j| j.job_id.as_str())
                 )),
             ),
@@ -1499,6 +1499,7 @@ fn fallback_classes(jobs: &[JobOnGpu]) -> Vec<JobClass> {
                 measured_speed: vec![],
                 limit_kills: vec![],
                 neighbours: None,
+                runtime_log_sd: None,
             })
         })
         .collect()

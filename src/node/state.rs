@@ -77,8 +77,8 @@ pub struct JobOnGpu {
     /// intervals (percent-seconds): the record's neighbour busy fraction.
     #[serde(default)]
     pub neighbour_busy_pct_s: f64,
-    /// Its time limit leaves it too little room here (`policy::keeps_default_clock`): the GPU stays at
-    /// its default clock while it runs.
+    /// A run of it was killed at its time limit here beside a neighbour
+    /// (`policy::keeps_default_clock`): the GPU stays at its default clock while it runs.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub default_clock: bool,
 }

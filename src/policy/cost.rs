@@ -3,6 +3,7 @@
 //! ```text
 //! cost = facility energy the option causes                              [J]
 //!      + lambda * (the job's completion time + the delay it imposes)    [J/s * s]
+//!      + P(kill at the time limit) * (energy until the limit + lambda * limit)
 //! ```
 //!
 //! * facility energy: what the meter counts for the job (its GPU's draw, with power saving the
@@ -14,7 +15,10 @@
 //!   GPU time the option holds (its GPUs, or its share of one, for its run) is time that waiting
 //!   work does not get, whether the option starts now or after a wait of its own;
 //! * `lambda`: what a second of a job's completion time is worth, in joules per second, per GPU
-//!   the job asks for (`[policy] time_value_kwh_per_gpu_hour`).
+//!   the job asks for (`[policy] time_value_kwh_per_gpu_hour`);
+//! * expected kill: for a job whose limit is known against its own runs, the chance its run
+//!   passes the limit on this option (`policy::belief`) times what the killed run throws away
+//!   (its energy until the limit, and the limit's time at `lambda`).
 //!
 //! Pure arithmetic on the numbers placement predicted; no I/O.
 
@@ -94,10 +98,21 @@ pub fn imposed_delay_s(c: &Candidate, queue: Option<&TypeQueue>) -> f64 {
     (held - spare).clamp(0.0, held) * c.predicted_runtime_s
 }
 
+/// What a kill at the time limit is expected to cost on this option: its chance times what the
+/// killed run throws away, the energy it drew until its limit and its limit's time (the rerun
+/// then costs what the option does).
+pub fn kill_j(c: &Candidate, exchange: Exchange) -> f64 {
+    if c.kill_probability <= 0.0 || c.limit_s <= 0.0 {
+        return 0.0;
+    }
+    let power_w = c.predicted_energy_j / c.predicted_runtime_s.max(1e-9);
+    c.kill_probability * (power_w + exchange.joules_per_s()) * c.limit_s
+}
+
 /// The option's cost in joules (see the module's documentation), with the delay it imposes as
 /// `c.imposed_delay_s` holds it (placement sets it from [`imposed_delay_s`] once per option).
 pub fn cost_j(c: &Candidate, exchange: Exchange) -> f64 {
-    energy_j(c) + exchange.joules_per_s() * (time_s(c) + c.imposed_delay_s)
+    energy_j(c) + exchange.joules_per_s() * (time_s(c) + c.imposed_delay_s) + kill_j(c, exchange)
 }
 
 #[cfg(test)]
@@ -125,6 +140,8 @@ mod tests {
             wakes_node: false,
             queued: false,
             imposed_delay_s: 0.0,
+            kill_probability: 0.0,
+            limit_s: 0.0,
             score: 0.0,
             cost_j: 0.0,
         }

@@ -2,6 +2,7 @@
 //! one GPU, and the priority adjustment. Pure and deterministic: no I/O, no clock, no globals, so
 //! the Slurm plugin, the node helper and the simulator call the same functions.
 
+pub mod belief;
 pub mod cost;
 pub mod groups;
 pub mod node_clock;

@@ -3,7 +3,7 @@
 //! heshare, so that what the simulator grades is what a node does. Pure: no I/O.
 
 use crate::config::Config;
-use crate::model::{GpuType, JobClass, alone_runtime};
+use crate::model::{GpuType, JobClass};
 use crate::policy::placement::limit_cap;
 use crate::policy::share::{ShareError, ShareJob, SharePlan, ShareSpec};
 use crate::units::{Mhz, SharePct};
@@ -32,7 +32,7 @@ pub fn tenant_bound(
     };
     match learned_limit {
         Some((c, limit)) => {
-            bound.min((limit / alone_runtime(c, gpu, reference).0.max(1e-9)).max(1.0))
+            bound.min((limit / super::belief::limit_runtime(cfg, c, gpu).0.max(1e-9)).max(1.0))
         }
         None => bound,
     }
@@ -47,16 +47,16 @@ pub struct Tenant<'a> {
     pub share: SharePct,
     pub user: u32,
     pub bound: f64,
-    /// Its time limit leaves too little room to trust a lower clock here
-    /// (`placement::keeps_default_clock`).
+    /// A run of it was killed at its time limit here beside a neighbour: a lower clock is not
+    /// to be trusted (`placement::keeps_default_clock`).
     pub keeps_default: bool,
 }
 
 /// Why a GPU stays at its default clock.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Stays {
-    /// Tenant `i`'s time limit leaves it too little room here.
-    LimitTooClose(usize),
+    /// A run of tenant `i` was killed at its time limit here beside a neighbour.
+    KilledSharing(usize),
     /// A tenant the helper knows nothing of shares the GPU.
     Unknown,
     /// The sharing optimizer found no clock keeping every bound.
@@ -71,7 +71,7 @@ pub fn node_clock(
     optimize: impl FnOnce(&[ShareJob<'_>]) -> Result<Mhz, ShareError>,
 ) -> Result<Mhz, Stays> {
     if let Some(i) = tenants.iter().position(|t| t.keeps_default) {
-        return Err(Stays::LimitTooClose(i));
+        return Err(Stays::KilledSharing(i));
     }
     let jobs: Option<Vec<ShareJob<'_>>> = tenants
         .iter()
@@ -97,6 +97,7 @@ pub fn clock_of(plan: &Result<SharePlan, ShareError>) -> Result<Mhz, ShareError>
 mod tests {
     use super::*;
     use crate::config::BUNDLED_CONFIG;
+    use crate::model::alone_runtime;
     use crate::policy::share::{ShareParams, optimize};
     use std::path::Path;
 
@@ -134,7 +135,7 @@ mod tests {
                     ..known
                 }
             ]),
-            Err(Stays::LimitTooClose(1))
+            Err(Stays::KilledSharing(1))
         );
         assert_eq!(
             run(&[
@@ -156,8 +157,25 @@ mod tests {
         let class = cfg.class("resnet50-train").expect("class");
         assert!((tenant_bound(&cfg, a100, Some(class), None, None, None) - 1.25).abs() < 1e-12);
         assert!((tenant_bound(&cfg, a100, Some(class), Some(2.0), None, None) - 2.0).abs() < 1e-12);
-        // A limit 1.1x its runtime alone here holds it to 1.1x.
+        // A limit 1.1x its runtime alone here, as its runs measured it, holds it to 1.1x.
         let alone = alone_runtime(class, a100, reference).0;
+        let measured = JobClass {
+            measured_speed: vec![(
+                "a100".into(),
+                crate::model::relative_speed(class, a100, reference),
+            )],
+            ..class.clone()
+        };
+        let b = tenant_bound(
+            &cfg,
+            a100,
+            Some(class),
+            None,
+            None,
+            Some((&measured, 1.1 * alone)),
+        );
+        assert!((b - 1.1).abs() < 1e-9, "{b}");
+        // Where its runs never measured the type, the same limit holds it closer.
         let b = tenant_bound(
             &cfg,
             a100,
@@ -166,7 +184,7 @@ mod tests {
             None,
             Some((class, 1.1 * alone)),
         );
-        assert!((b - 1.1).abs() < 1e-9, "{b}");
+        assert!(b < 1.1 - 1e-6, "{b}");
         // Never below running alone.
         let b = tenant_bound(
             &cfg,

@@ -244,6 +244,11 @@ pub struct Candidate {
     pub queued: bool,
     /// Seconds of waiting work the option pushes back (`policy::cost::imposed_delay_s`).
     pub imposed_delay_s: f64,
+    /// The chance its run here passes its time limit (`policy::belief::kill_probability`), for
+    /// a job whose limit is known against its own runs' runtime; 0 otherwise.
+    pub kill_probability: f64,
+    /// Its time limit, what a kill throws away (0 where `kill_probability` is not known).
+    pub limit_s: f64,
     /// The option's cost (`policy::cost`): facility energy plus completion time and the delay
     /// it imposes on waiting work at the job's exchange rate, in joules.
     pub cost_j: f64,
@@ -548,18 +553,12 @@ pub fn limit_cap(class: &JobClass, gpu: &GpuType, slowest: &GpuType, reference: 
 }
 
 /// Whether the node helper keeps `gpu` at its default clock for a profiled job (`class`, learned)
-/// with time limit `limit_s`: a run of it was killed at its limit there beside a neighbour, or
-/// its limit leaves less than `limit_headroom` over its runtime there and its runs never measured
-/// the type, so the clock's effect there is the model's guess, too close to the limit to trust.
-/// Where its runs measured the type, its clock stays within its limit as the model predicts
-/// (whole-GPU jobs near their limits are where most of DVFS's saving is). Pure: the node helper,
-/// the simulator and placement's candidates use it alike.
+/// with time limit `limit_s`: a run of it was killed at its limit there beside a neighbour, so
+/// what slows it there is beyond the model. Elsewhere its clock keeps its limit at the belief's
+/// quantile (`belief::limit_runtime`, which widens on types its runs never measured). Pure: the
+/// node helper, the simulator and placement's candidates use it alike.
 pub fn keeps_default_clock(cfg: &Config, class: &JobClass, gpu: &GpuType, limit_s: f64) -> bool {
-    let reference = &cfg.gpu_types[cfg.reference_gpu];
     killed_sharing_on(cfg, class, gpu, limit_s)
-        || (!measured_on(class, gpu)
-            && limit_s / alone_runtime(class, gpu, reference).0.max(1e-9)
-                < 1.0 + cfg.policy.limit_headroom - 1e-9)
 }
 
 /// A recent run of the job, with a limit no shorter than `limit_s`, was killed at its time limit
@@ -835,6 +834,8 @@ fn evaluate(
     let class: &JobClass = &sized;
     // Within its time limit: no slower here than alone on the type the limit is written for
     // (a learned class: than its limit over its measured runtime here).
+    // (For a profiled job: its runtime here as its runs say, or carry it by the exponent where
+    // they never measured the type.)
     let cap = match sizing.absolute {
         Some(limit) => Some(limit / alone_runtime(class, gpu, reference).0.max(1e-9)),
         None => sizing
@@ -862,17 +863,23 @@ fn evaluate(
         });
         return;
     }
-    // A limit with little headroom over the job's runtime alone here (known where its runs
-    // measured it), or a run here killed at its limit beside a neighbour: a GPU of its own. A
-    // neighbour's contention varies several-fold from pair to pair (Gavel's measured pairs),
-    // beyond what the sharing model predicts for the job.
+    // A run of it killed at its limit beside a neighbour: a GPU of its own. A neighbour's
+    // contention varies several-fold from pair to pair (Gavel's measured pairs), beyond what the
+    // sharing model predicts for the job. (Its limit otherwise caps its slowdown, `cap`.)
     let killed_here = killed_sharing(cfg, job.class);
     let default_clock = sizing
         .absolute
         .is_some_and(|l| keeps_default_clock(cfg, job.class, gpu, l));
-    let tight = killed_here
-        || (sizing.absolute.is_some()
-            && cap.is_some_and(|c| c < 1.0 + cfg.policy.limit_headroom - 1e-9));
+    // The slowdown its limit allows here: for a profiled job, against its runtime at the
+    // profile's quantile widened by how little is known of the type (`belief::limit_runtime`),
+    // never below running alone at the default clock, as the node helper clocks it
+    // (`node_clock::tenant_bound`); what risk of a kill remains is priced (`cost::kill_j`).
+    let cap = match sizing.absolute {
+        Some(limit) => {
+            Some((limit / super::belief::limit_runtime(cfg, class, gpu).0.max(1e-9)).max(1.0))
+        }
+        None => cap,
+    };
     let bound = cap.map_or(job.bound, |c| job.bound.min(c));
     // Slurm's power saving: waking a node costs its boot (a wait) and keeps it on, idle GPUs
     // and host, for the boot and at least SuspendTime after.
@@ -892,19 +899,12 @@ fn evaluate(
     let new_user = users.id(&job.req.user);
     let gpus = job.req.gpus;
     let mut options: Vec<(ShareSpec, bool)> = Vec::new();
-    if tight {
+    if killed_here {
         if !occupied {
             options.push((ShareSpec::Fixed(SharePct::FULL), true));
         } else {
             rejections.add(&gpu.name, || {
-                if killed_here {
-                    "a recent run of it sharing a GPU was killed at its time limit".into()
-                } else {
-                    format!(
-                        "its time limit leaves less than {:.0}% over its runtime here to share a GPU",
-                        cfg.policy.limit_headroom * 100.0
-                    )
-                }
+                "a recent run of it sharing a GPU was killed at its time limit".into()
             });
         }
     } else if gpus > 1 {
@@ -975,7 +975,7 @@ fn evaluate(
         // as the worst pair measured (`contention_worst`) where they did not: the first run
         // beside a busy neighbour of a sensitive job would otherwise be its kill. (Where the
         // limit is known against the job's measured runtime; a catalog class's limit is read
-        // against the slowest type, as for `limit_headroom`.)
+        // against the slowest type.)
         if let (ShareSpec::Auto, Some(c), Some(_)) = (spec, cap, sizing.absolute) {
             let share = plan.shares[me].fraction();
             let others = 1.0 - share;
@@ -1039,6 +1039,12 @@ fn evaluate(
             }
         }
         let s = sizing.scale;
+        let kill = sizing.absolute.map(|limit| {
+            (
+                super::belief::kill_probability(cfg, class, gpu, mine.runtime.0 * s, limit),
+                limit,
+            )
+        });
         out.push(Candidate {
             gpu_type: gpu.name.clone(),
             type_idx,
@@ -1074,6 +1080,8 @@ fn evaluate(
             wakes_node: power == SlotPower::Down,
             queued: queued_s.is_some(),
             imposed_delay_s: 0.0,
+            kill_probability: kill.map_or(0.0, |(p, _)| p),
+            limit_s: kill.map_or(0.0, |(_, l)| l),
             cost_j: 0.0,
             score: 0.0,
         });
@@ -1682,19 +1690,14 @@ mod tests {
         ));
     }
 
-    /// A job whose profile says its limit leaves it less than `limit_headroom` over its runtime
-    /// on a type gets a GPU of its own there: never a share beside a neighbour, never a share of
-    /// an idle GPU another job could join. With room to spare it may share.
+    /// A profiled job's time limit caps its slowdown at the profile's quantile, and nothing
+    /// more: with a limit half again its runtime it may share beside a neighbour, and no option
+    /// it is offered runs past its limit.
     #[test]
-    fn a_limit_with_little_headroom_keeps_a_job_off_shared_gpus() {
+    fn a_profiled_limit_caps_the_slowdown_and_sets_no_margin_of_its_own() {
         let cfg = cfg();
-        assert!(
-            (cfg.policy.limit_headroom - 2.0).abs() < 1e-12,
-            "the documented default"
-        );
         let v100 = cfg.gpu_type("v100m16").expect("v100m16");
         let catalog = cfg.class("vit-infer").expect("vit-infer").clone();
-        // Its runs measured busy neighbours slowing it little: only the headroom keeps it off.
         let learned = JobClass {
             measured_speed: vec![("v100m16".into(), 1.0)],
             limit_kills: vec![],
@@ -1712,42 +1715,84 @@ mod tests {
             learned: Some(Arc::new(learned.clone())),
             ..JobRequest::new("vit-infer")
         };
-        // 1.5 and 2.5 times its runtime: the idle GPU whole, nothing on the shared one.
-        for f in [1.5, 2.5] {
-            let tight = place(&cfg, &v, &req(f * runtime)).expect("placed");
-            assert!(!tight.candidates.is_empty());
-            for c in &tight.candidates {
-                assert!(
-                    c.exclusive && c.co_located_jobs == 0,
-                    "a tight job ({f}x) offered {}% beside {} jobs",
-                    c.share_pct,
-                    c.co_located_jobs
-                );
-            }
-            assert!(tight.decision.exclusive);
-        }
-        // Four times its runtime: it may share, and a share beside the neighbour is planned.
-        let loose = place(&cfg, &v, &req(4.0 * runtime)).expect("placed");
+        let plan = place(&cfg, &v, &req(1.5 * runtime)).expect("placed");
         assert!(
-            loose
-                .candidates
+            plan.candidates
                 .iter()
                 .any(|c| !c.exclusive && c.co_located_jobs == 1),
             "{:?}",
-            loose.candidates
+            plan.candidates
         );
-        // No headroom asked: the tight job may share too.
-        let mut lax = cfg.clone();
-        lax.policy.limit_headroom = 0.0;
-        let shared = place(&lax, &v, &req(1.5 * runtime)).expect("placed");
-        assert!(shared.candidates.iter().any(|c| !c.exclusive));
-        // A catalog class (limits read against the slowest type) is not held to the headroom.
-        let labelled = JobRequest {
-            learned: None,
-            ..req(1.5 * runtime)
+        for c in &plan.candidates {
+            assert!(
+                c.predicted_runtime_s <= 1.5 * runtime * (1.0 + 1e-9),
+                "{}% on {} runs {} s past its limit {} s",
+                c.share_pct,
+                c.gpu_type,
+                c.predicted_runtime_s,
+                1.5 * runtime
+            );
+        }
+    }
+
+    /// On a type its runs never measured, a profiled training job's runtime is carried there by
+    /// the speed exponent, which may be off by the catalog's spread of exponents: with a limit
+    /// that runtime would just meet, the type is still an option, but at the default clock and
+    /// with the chance of a kill priced; once a run measured the type, the same limit is safe.
+    #[test]
+    fn an_unmeasured_type_prices_the_exponents_spread_as_a_chance_of_a_kill() {
+        let cfg = cfg();
+        let (a100, v100) = (
+            cfg.gpu_type("a100").expect("a100"),
+            cfg.gpu_type("v100m16").expect("v100m16"),
+        );
+        let reference = &cfg.gpu_types[cfg.reference_gpu];
+        let catalog = cfg.class("bert-train").expect("bert-train").clone();
+        let only_a100 = JobClass {
+            measured_speed: vec![(
+                "a100".into(),
+                crate::model::relative_speed(&catalog, &cfg.gpu_types[a100], reference),
+            )],
+            limit_kills: vec![],
+            neighbours: None,
+            runtime_log_sd: None,
+            ..catalog.clone()
         };
-        let plan = place(&cfg, &v, &labelled).expect("placed");
-        assert!(plan.candidates.iter().any(|c| !c.exclusive));
+        let on_v100 = alone_runtime(&only_a100, &cfg.gpu_types[v100], reference).0;
+        let v = view(&cfg, &[("a100", SlotPower::Up), ("v100m16", SlotPower::Up)]);
+        let req = |class: &JobClass| JobRequest {
+            time_limit_s: Some(1.02 * on_v100),
+            learned: Some(Arc::new(class.clone())),
+            ..JobRequest::new("bert-train")
+        };
+        let plan = place(&cfg, &v, &req(&only_a100)).expect("placed");
+        let guessed = candidate(&plan, "v100m16").expect("still an option");
+        assert!(guessed.kill_probability > 0.05, "{guessed:?}");
+        assert_eq!(guessed.sm_clock_mhz, guessed.default_sm_clock_mhz);
+        assert!(
+            crate::policy::cost::kill_j(guessed, job_exchange(&cfg, &req(&only_a100))) > 0.0,
+            "{guessed:?}"
+        );
+        let measured = candidate(&plan, "a100").expect("a100");
+        assert!(measured.kill_probability < 1e-9, "{measured:?}");
+        let both = JobClass {
+            measured_speed: vec![
+                only_a100.measured_speed[0].clone(),
+                (
+                    "v100m16".into(),
+                    crate::model::relative_speed(&only_a100, &cfg.gpu_types[v100], reference),
+                ),
+            ],
+            ..only_a100.clone()
+        };
+        let plan = place(&cfg, &v, &req(&both)).expect("placed");
+        let known = candidate(&plan, "v100m16").expect("v100m16");
+        assert!(known.kill_probability < 1e-9, "{known:?}");
+    }
+
+    /// The exchange rate a plain request is priced at.
+    fn job_exchange(cfg: &Config, req: &JobRequest) -> crate::policy::cost::Exchange {
+        crate::policy::cost::Exchange::site(cfg.policy.time_value_kwh_per_gpu_hour, req.gpus)
     }
 
     /// A share heshare sizes itself must hold the job's time limit beside neighbours as busy as

@@ -139,6 +139,7 @@ pub fn family_prior(cfg: &Config, kind: JobKind) -> JobClass {
         measured_speed: vec![],
         limit_kills: vec![],
         neighbours: None,
+        runtime_log_sd: None,
     }
 }
 
@@ -231,6 +232,36 @@ fn limit_kills(cfg: &Config, profile: &Profile, now_s: f64, half_life_s: f64) ->
             })
         })
         .collect()
+}
+
+/// How much a job's runtime alone (whole GPUs, undone of its clock by the clock-bound fraction
+/// `c`) spreads from run to run: the standard deviation of its log about each type's own mean,
+/// pooled over the types with two runs or more, each run weighed by its recency (the unbiased
+/// estimate for such weights). `None` where no type has two.
+fn runtime_log_sd(data: &[TypeData<'_>], c: f64) -> Option<f64> {
+    let (mut ss, mut dof) = (0.0, 0.0);
+    for d in data {
+        let (x, w): (Vec<f64>, Vec<f64>) = d
+            .samples
+            .iter()
+            .zip(&d.weights)
+            .filter(|(s, w)| s.alone && is_whole(s) && s.runtime_s > 0.0 && **w > 0.0)
+            .map(|(s, &w)| ((s.runtime_s / clock_factor(c, s.stretch)).ln(), w))
+            .unzip();
+        if x.len() < 2 {
+            continue;
+        }
+        let v1: f64 = w.iter().sum();
+        let v2: f64 = w.iter().map(|w| w * w).sum();
+        let mean = x.iter().zip(&w).map(|(x, w)| x * w).sum::<f64>() / v1;
+        ss += x
+            .iter()
+            .zip(&w)
+            .map(|(x, w)| w * (x - mean).powi(2))
+            .sum::<f64>();
+        dof += v1 - v2 / v1;
+    }
+    (dof > 1e-12).then(|| (ss / dof).sqrt())
 }
 
 /// Derives the class one profile gives, `None` with too few runs.
@@ -404,6 +435,7 @@ pub fn derive(
                     Some((d.t, r, n))
                 })
                 .collect();
+            class.runtime_log_sd = runtime_log_sd(&data, c);
             if alone.len() >= 2 {
                 // ln T_g = ln T_ref - a ln(K_g / K_ref), weighted least squares.
                 let pts: Vec<(f64, f64, f64)> = alone
@@ -736,6 +768,31 @@ mod tests {
             on("v100m16"),
             on("a100")
         );
+    }
+
+    /// How much its runtime spreads is measured about each type's own mean (a faster type is
+    /// no spread), from types with two runs or more; one run per type tells nothing.
+    #[test]
+    fn the_runtime_spread_is_pooled_within_types() {
+        let cfg = cfg();
+        // ln 4200 - ln 4000 = ln 2100 - ln 2000 = 0.0488: each type's two runs are 0.0244 off
+        // their mean; unbiased with equal weights, sqrt(2 * 2 * 0.0244^2 / 2) = 0.0345.
+        let b = book(&[
+            ("v100m16", 4000.0, 0.7, 1.0),
+            ("v100m16", 4200.0, 0.7, 1.0),
+            ("a100", 2000.0, 0.6, 1.0),
+            ("a100", 2100.0, 0.6, 1.0),
+        ]);
+        let sd = learned(&cfg, &b, None)
+            .expect("enough runs")
+            .class
+            .runtime_log_sd
+            .expect("measured");
+        let expect = (2.0 * (0.5 * (4200.0f64 / 4000.0).ln()).powi(2)).sqrt();
+        assert!((sd - expect).abs() < 2e-3, "{sd} {expect}");
+        let one_each = book(&[("v100m16", 4000.0, 0.7, 1.0), ("a100", 2000.0, 0.6, 1.0)]);
+        let l = learned(&cfg, &one_each, None).expect("enough runs");
+        assert_eq!(l.class.runtime_log_sd, None);
     }
 
     /// An account's profile mixes its users' jobs: it may place an unlabelled whole-GPU job,

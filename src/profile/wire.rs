@@ -69,6 +69,7 @@ pub fn decode(s: &str, name: &str) -> Option<JobClass> {
         measured_speed: vec![],
         limit_kills: vec![],
         neighbours: None,
+        runtime_log_sd: None,
     };
     let num = |v: &str, lo: f64, hi: f64| {
         v.parse::<f64>()
