@@ -288,6 +288,19 @@ pub fn run(out: &mut impl Write, cmd: &ProfilesCommand) -> Result<()> {
                     for (t, s) in &c.measured_speed {
                         writeln!(out, "  measured on {t}: {s:.3}x the reference type's speed")?;
                     }
+                    // The spread its chance of a kill is priced with (`policy::belief`).
+                    match c.runtime_log_sd {
+                        Some(sd) => writeln!(
+                            out,
+                            "  runtime from run to run: log-sd {sd:.3} (one run in ten over {:.0}% longer than the median)",
+                            ((crate::policy::belief::normal_quantile(0.9) * sd).exp() - 1.0)
+                                * 100.0
+                        )?,
+                        None => writeln!(
+                            out,
+                            "  runtime from run to run: not measured (no type with two runs alone)"
+                        )?,
+                    }
                     for k in &c.limit_kills {
                         let t = &k.gpu_type;
                         let limit = k
