@@ -94,7 +94,7 @@ struct PlanArgs {
     #[arg(long, default_value_t = 1)]
     gpus: u32,
     /// auto, exclusive, or an MPS percentage 1..=100.
-    #[arg(long, default_value = "auto", value_parser = parse_share)]
+    #[arg(long, default_value = "auto", value_parser = ShareRequest::parse)]
     share: ShareRequest,
     /// The submitting user (jobs of different users do not share a GPU unless allowed).
     #[arg(long, default_value = "")]
@@ -148,11 +148,6 @@ impl From<EnergyPolicyArg> for EnergyPolicy {
             EnergyPolicyArg::Energy => EnergyPolicy::Energy,
         }
     }
-}
-
-/// Parses `--share`: `auto`, `exclusive` or a percentage 1..=100.
-pub fn parse_share(s: &str) -> Result<ShareRequest, String> {
-    ShareRequest::parse(s)
 }
 
 /// An error that already printed what it had to say and only carries the exit code.

@@ -64,19 +64,19 @@ pub fn normal_quantile(p: f64) -> f64 {
 /// standard deviation): what a job's exponent may be off by where no run of it measured a second
 /// type to fit its own.
 pub fn exponent_spread(cfg: &Config) -> f64 {
-    let a: Vec<f64> = cfg
-        .classes
-        .iter()
-        .filter(|c| c.kind == JobKind::Training)
-        .map(|c| c.speed_exponent)
-        .collect();
-    if a.len() < 2 {
+    // Placement asks this for every option: summed in two passes, nothing allocated.
+    let training = || {
+        cfg.classes
+            .iter()
+            .filter(|c| c.kind == JobKind::Training)
+            .map(|c| c.speed_exponent)
+    };
+    let (n, sum) = training().fold((0.0f64, 0.0), |(n, s), a| (n + 1.0, s + a));
+    if n < 2.0 {
         return 0.0;
     }
-    #[allow(clippy::cast_precision_loss)]
-    let n = a.len() as f64;
-    let mean = a.iter().sum::<f64>() / n;
-    (a.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0)).sqrt()
+    let mean = sum / n;
+    (training().map(|a| (a - mean).powi(2)).sum::<f64>() / (n - 1.0)).sqrt()
 }
 
 /// The log-spread of a learned training job's runtime on `gpu` beyond its runs' own: zero where
@@ -121,6 +121,13 @@ pub fn limit_runtime(cfg: &Config, class: &JobClass, gpu: &GpuType) -> Seconds {
     }
     let z = normal_quantile(cfg.profiles.quantile).max(0.0);
     Seconds(alone * (z * sd).exp())
+}
+
+/// The most a learned job may slow down on `gpu` and keep `limit_s` at the belief's quantile
+/// ([`limit_runtime`]), never below running alone at the default clock: the bound placement
+/// plans its options with and the node helper clocks its GPU by (`node_clock::tenant_bound`).
+pub fn limit_slowdown(cfg: &Config, class: &JobClass, gpu: &GpuType, limit_s: f64) -> f64 {
+    (limit_s / limit_runtime(cfg, class, gpu).0.max(1e-9)).max(1.0)
 }
 
 /// The standard normal distribution function, `P(Z <= x)` (Abramowitz and Stegun 7.1.26 on

@@ -31,9 +31,7 @@ pub fn tenant_bound(
         _ => bound,
     };
     match learned_limit {
-        Some((c, limit)) => {
-            bound.min((limit / super::belief::limit_runtime(cfg, c, gpu).0.max(1e-9)).max(1.0))
-        }
+        Some((c, limit)) => bound.min(super::belief::limit_slowdown(cfg, c, gpu, limit)),
         None => bound,
     }
 }
@@ -166,34 +164,16 @@ mod tests {
             )],
             ..class.clone()
         };
-        let b = tenant_bound(
-            &cfg,
-            a100,
-            Some(class),
-            None,
-            None,
-            Some((&measured, 1.1 * alone)),
-        );
+        let with_limit = |learned: &JobClass, limit: f64| {
+            tenant_bound(&cfg, a100, Some(class), None, None, Some((learned, limit)))
+        };
+        let b = with_limit(&measured, 1.1 * alone);
         assert!((b - 1.1).abs() < 1e-9, "{b}");
         // Where its runs never measured the type, the same limit holds it closer.
-        let b = tenant_bound(
-            &cfg,
-            a100,
-            Some(class),
-            None,
-            None,
-            Some((class, 1.1 * alone)),
-        );
+        let b = with_limit(class, 1.1 * alone);
         assert!(b < 1.1 - 1e-6, "{b}");
         // Never below running alone.
-        let b = tenant_bound(
-            &cfg,
-            a100,
-            Some(class),
-            None,
-            None,
-            Some((class, 0.5 * alone)),
-        );
+        let b = with_limit(class, 0.5 * alone);
         assert!((b - 1.0).abs() < 1e-12, "{b}");
     }
 }

@@ -875,9 +875,7 @@ fn evaluate(
     // never below running alone at the default clock, as the node helper clocks it
     // (`node_clock::tenant_bound`); what risk of a kill remains is priced (`cost::kill_j`).
     let cap = match sizing.absolute {
-        Some(limit) => {
-            Some((limit / super::belief::limit_runtime(cfg, class, gpu).0.max(1e-9)).max(1.0))
-        }
+        Some(limit) => Some(super::belief::limit_slowdown(cfg, class, gpu, limit)),
         None => cap,
     };
     let bound = cap.map_or(job.bound, |c| job.bound.min(c));

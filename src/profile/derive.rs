@@ -152,6 +152,13 @@ fn is_whole(s: &Sample) -> bool {
     s.share_pct.is_none_or(|p| p >= 100)
 }
 
+/// A run's runtime alone at the default clock, where it had its GPUs to itself, whole, undone of
+/// its clock for a job whose clock-bound fraction is `c`: what a training job's runtime is
+/// learned from.
+fn whole_alone_runtime(x: &Sample, c: f64) -> Option<f64> {
+    (x.alone && is_whole(x)).then(|| x.runtime_s / clock_factor(c, x.stretch))
+}
+
 /// Per type: the type's index, its samples and their weights now.
 struct TypeData<'a> {
     t: usize,
@@ -245,8 +252,12 @@ fn runtime_log_sd(data: &[TypeData<'_>], c: f64) -> Option<f64> {
             .samples
             .iter()
             .zip(&d.weights)
-            .filter(|(s, w)| s.alone && is_whole(s) && s.runtime_s > 0.0 && **w > 0.0)
-            .map(|(s, &w)| ((s.runtime_s / clock_factor(c, s.stretch)).ln(), w))
+            .filter(|(_, w)| **w > 0.0)
+            .filter_map(|(s, &w)| {
+                whole_alone_runtime(s, c)
+                    .filter(|r| *r > 0.0)
+                    .map(|r| (r.ln(), w))
+            })
             .unzip();
         if x.len() < 2 {
             continue;
@@ -418,13 +429,7 @@ pub fn derive(
             let alone: Vec<(usize, f64, f64)> = data
                 .iter()
                 .filter_map(|d| {
-                    let r = d.quantile(
-                        |x| {
-                            (x.alone && is_whole(x))
-                                .then(|| x.runtime_s / clock_factor(c, x.stretch))
-                        },
-                        q,
-                    )?;
+                    let r = d.quantile(|x| whole_alone_runtime(x, c), q)?;
                     let n: f64 = d
                         .samples
                         .iter()
@@ -688,6 +693,11 @@ mod tests {
     }
 
     fn learned(cfg: &Config, b: &Book, label: Option<&str>) -> Option<Learned> {
+        learned_at(cfg, b, label, 2000.0)
+    }
+
+    /// The profile as it decides at `now_s`.
+    fn learned_at(cfg: &Config, b: &Book, label: Option<&str>, now_s: f64) -> Option<Learned> {
         lookup(
             cfg,
             b,
@@ -696,9 +706,20 @@ mod tests {
                 label: label.and_then(|l| cfg.class(l)),
                 share: false,
             },
-            2000.0,
+            now_s,
             SETTINGS,
         )
+    }
+
+    /// A learned class's runtime alone on type `t`.
+    fn runtime_on(cfg: &Config, l: &Learned, t: &str) -> f64 {
+        let reference = &cfg.gpu_types[cfg.reference_gpu];
+        alone_runtime(
+            &l.class,
+            &cfg.gpu_types[cfg.gpu_type(t).expect("type")],
+            reference,
+        )
+        .0
     }
 
     #[test]
@@ -714,15 +735,7 @@ mod tests {
         let l = learned(&cfg, &b, None).expect("enough runs");
         assert_eq!(l.class.kind, JobKind::Training);
         assert_eq!(l.runs, 4);
-        let reference = &cfg.gpu_types[cfg.reference_gpu];
-        let on = |t: &str| {
-            alone_runtime(
-                &l.class,
-                &cfg.gpu_types[cfg.gpu_type(t).expect("type")],
-                reference,
-            )
-            .0
-        };
+        let on = |t: &str| runtime_on(&cfg, &l, t);
         // Taken at the upper quantile of its runs.
         assert!((on("a100") - 2100.0).abs() < 1.0, "{}", on("a100"));
         assert!((on("v100m16") - 4200.0).abs() < 1.0, "{}", on("v100m16"));
@@ -740,27 +753,8 @@ mod tests {
     fn old_runs_weigh_against_each_other_not_against_now() {
         let cfg = cfg();
         let b = book(&[("a100", 2000.0, 0.6, 1.0), ("a100", 2100.0, 0.6, 1.0)]);
-        let l = lookup(
-            &cfg,
-            &b,
-            &[key()],
-            Asked {
-                label: None,
-                share: false,
-            },
-            60.0 * 365.0 * 86_400.0,
-            SETTINGS,
-        )
-        .expect("enough runs");
-        let reference = &cfg.gpu_types[cfg.reference_gpu];
-        let on = |t: &str| {
-            alone_runtime(
-                &l.class,
-                &cfg.gpu_types[cfg.gpu_type(t).expect("type")],
-                reference,
-            )
-            .0
-        };
+        let l = learned_at(&cfg, &b, None, 60.0 * 365.0 * 86_400.0).expect("enough runs");
+        let on = |t: &str| runtime_on(&cfg, &l, t);
         assert!((on("a100") - 2100.0).abs() < 1.0, "{}", on("a100"));
         assert!(
             on("v100m16") > on("a100"),
