@@ -65,6 +65,12 @@ fn open(cfg: &Config, store: Option<&Path>) -> Result<(PathBuf, StoreFile)> {
     Ok((path, file))
 }
 
+/// A profile key as `heshare profiles list` prints it.
+fn parse_key(key: &str) -> Result<ProfileKey> {
+    ProfileKey::parse(key)
+        .with_context(|| format!("\"{key}\" is not a profile key (LEVEL:OWNER:REST)"))
+}
+
 /// What profile `key` in the store (`store`, else `[profiles] store`) says of a job labelled
 /// `label` (a catalog class, if any) asking for a share or not, as the plugin derives it now.
 pub fn learned_for(
@@ -75,8 +81,7 @@ pub fn learned_for(
     share: bool,
 ) -> Result<crate::profile::Learned> {
     let (path, f) = open(cfg, store)?;
-    let k = ProfileKey::parse(key)
-        .with_context(|| format!("--profile: \"{key}\" is not a profile key (LEVEL:OWNER:REST)"))?;
+    let k = parse_key(key).context("--profile")?;
     let label = match label {
         Some(l) => Some(
             cfg.class(l)
@@ -191,8 +196,7 @@ pub fn run(out: &mut impl Write, cmd: &ProfilesCommand) -> Result<()> {
         ProfilesCommand::Show { config, store, key } => {
             let (cfg, _) = load_config(&config.config)?;
             let (_, f) = open(&cfg, store.as_deref())?;
-            let k = ProfileKey::parse(key)
-                .with_context(|| format!("\"{key}\" is not a profile key (LEVEL:OWNER:REST)"))?;
+            let k = parse_key(key)?;
             let Some(p) = f.book.get(&k) else {
                 eprintln!("heshare: no profile {key}");
                 return Err(Exit(1).into());
