@@ -4,6 +4,7 @@
 use heshare::cli::BUNDLED_CONFIG;
 use heshare::config::Config;
 use heshare::model::{JobClass, JobKind};
+use heshare::policy::belief::LimitRisk;
 use heshare::policy::share::clock_cost;
 use heshare::policy::{
     ClusterView, EnergyPolicy, GpuSlot, JobRequest, PlacedJob, ShareJob, ShareParams, ShareRequest,
@@ -58,6 +59,8 @@ struct GenJob {
     share: Option<u8>,
     user: u32,
     bound: f64,
+    /// A time limit as a multiple of the class's reference runtime, and its runs' log-spread.
+    risk: Option<(f64, f64)>,
 }
 
 fn jobs_strategy() -> impl Strategy<Value = Vec<GenJob>> {
@@ -67,12 +70,14 @@ fn jobs_strategy() -> impl Strategy<Value = Vec<GenJob>> {
             prop::option::of(1u8..=12),
             0u32..3,
             1.0f64..2.0,
+            prop::option::of((0.5f64..4.0, 0.0f64..0.6)),
         )
-            .prop_map(|(class, share, user, bound)| GenJob {
+            .prop_map(|(class, share, user, bound, risk)| GenJob {
                 class,
                 share: share.map(|s| s * 5),
                 user,
                 bound,
+                risk,
             }),
         1..6,
     )
@@ -95,6 +100,7 @@ proptest! {
             share: match j.share.and_then(SharePct::new) { Some(s) => ShareSpec::Fixed(s), None => ShareSpec::Auto },
             user: j.user,
             bound: j.bound,
+            risk: j.risk.map(|(limit, sd)| LimitRisk::from_spread(limit * j.class.reference_runtime_s, sd, 0.0, 0.9)),
         }).collect();
         let first = optimize(gpu, reference, &share_jobs, params(&cfg));
         // Same input, same output.
@@ -111,8 +117,8 @@ proptest! {
             if default_ok {
                 let w = params(&cfg).time_value_w;
                 let (st, idle) = heshare::policy::share::static_of(gpu, params(&cfg));
-                prop_assert!(clock_cost(&plan.prediction, w, st, idle) <= clock_cost(&plan.at_default_clock, w, st, idle) * (1.0 + 1e-12),
-                    "optimized {} > default {}", clock_cost(&plan.prediction, w, st, idle), clock_cost(&plan.at_default_clock, w, st, idle));
+                prop_assert!(clock_cost(&plan.prediction, &share_jobs, w, st, idle) <= clock_cost(&plan.at_default_clock, &share_jobs, w, st, idle) * (1.0 + 1e-12),
+                    "optimized {} > default {}", clock_cost(&plan.prediction, &share_jobs, w, st, idle), clock_cost(&plan.at_default_clock, &share_jobs, w, st, idle));
             }
             let attributed: f64 = plan.prediction.jobs.iter().map(|j| j.power.0).sum();
             prop_assert!((attributed - plan.prediction.power.0).abs() <= 1e-9 * plan.prediction.power.0.max(1.0));

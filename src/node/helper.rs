@@ -876,6 +876,9 @@ impl<'a> NodeHelper<'a> {
                 user: j.uid,
                 bound: j.bound,
                 keeps_default: j.default_clock,
+                risk: l.as_ref().zip(j.time_limit_s).map(|(c, limit)| {
+                    crate::policy::belief::LimitRisk::of(self.cfg, c, gpu, limit)
+                }),
             })
             .collect();
         let params = ShareParams::of(self.cfg);
@@ -978,6 +981,7 @@ impl<'a> NodeHelper<'a> {
                     mps_wait_s: 0.0,
                     outside_mps_beside_uid: None,
                     default_clock,
+                    time_limit_s: job.time_limit_s,
                     demand_pct: job.demand_pct,
                     profile_keys: job.profile_keys.clone(),
                     profile: job.profile.clone(),

@@ -81,6 +81,10 @@ pub struct JobOnGpu {
     /// (`policy::keeps_default_clock`): the GPU stays at its default clock while it runs.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub default_clock: bool,
+    /// Its time limit in seconds (Slurm's, from the Prolog's environment): with its profile, the
+    /// clock prices the chance its run passes it (`belief::LimitRisk`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_limit_s: Option<f64>,
 }
 
 /// A process the driver accounted work to, as last seen: whose job it is (decided while it ran,

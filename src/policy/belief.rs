@@ -146,11 +146,69 @@ pub fn normal_cdf(x: f64) -> f64 {
     }
 }
 
-/// The chance that a learned job's run on `gpu`, predicted to take `runtime_s` there (its
-/// runtime at the profile's quantile times the option's slowdown), passes `limit_s`: its log
+/// What is believed of a learned job's runtime on one GPU type against its time limit: its log
 /// runtime is normal about the median its runs give, with their own spread
 /// (`JobClass::runtime_log_sd`, none where they cannot tell) and, on a type they never measured,
-/// the exponent's ([`type_log_sd`]). With no spread at all the prediction is taken as exact.
+/// the exponent's ([`type_log_sd`]). Placement prices an option's kill with it, and the sharing
+/// optimizer each clock's (`share::optimize`), so the node helper's clock and the option
+/// placement chose carry the same risk.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LimitRisk {
+    /// The job's time limit, what a killed run throws away.
+    pub limit_s: f64,
+    /// The median runtime over the runtime at the profile's quantile.
+    median_per_quantile: f64,
+    /// The log runtime's standard deviation.
+    sd: f64,
+}
+
+impl LimitRisk {
+    /// The belief for `class` on `gpu` under `limit_s`.
+    pub fn of(cfg: &Config, class: &JobClass, gpu: &GpuType, limit_s: f64) -> LimitRisk {
+        LimitRisk::from_spread(
+            limit_s,
+            class.runtime_log_sd.unwrap_or(0.0),
+            type_log_sd(cfg, class, gpu),
+            cfg.profiles.quantile,
+        )
+    }
+
+    /// The belief for runtimes kept at `quantile` of runs whose log runtimes spread by
+    /// `runs_sd`, on a type whose speed adds `type_sd`, under `limit_s`.
+    pub fn from_spread(limit_s: f64, runs_sd: f64, type_sd: f64, quantile: f64) -> LimitRisk {
+        let runs = runs_sd.max(0.0);
+        let z = normal_quantile(quantile).max(0.0);
+        LimitRisk {
+            limit_s: limit_s.max(1e-9),
+            median_per_quantile: (-z * runs).exp(),
+            sd: runs.hypot(type_sd.max(0.0)),
+        }
+    }
+
+    /// The belief's bits, for a cache keyed by what a decision depends on.
+    pub fn key(&self) -> [u64; 3] {
+        [
+            self.limit_s.to_bits(),
+            self.median_per_quantile.to_bits(),
+            self.sd.to_bits(),
+        ]
+    }
+
+    /// The chance that a run predicted to take `runtime_s` (its runtime at the profile's
+    /// quantile times the option's slowdown) passes the limit. With no spread at all the
+    /// prediction is taken as exact.
+    pub fn probability(&self, runtime_s: f64) -> f64 {
+        let median = runtime_s.max(1e-9) * self.median_per_quantile;
+        let margin = (self.limit_s / median).ln();
+        if self.sd <= 1e-12 {
+            return if margin < 0.0 { 1.0 } else { 0.0 };
+        }
+        1.0 - normal_cdf(margin / self.sd)
+    }
+}
+
+/// The chance that a learned job's run on `gpu`, predicted to take `runtime_s` there, passes
+/// `limit_s` ([`LimitRisk`]).
 pub fn kill_probability(
     cfg: &Config,
     class: &JobClass,
@@ -158,16 +216,7 @@ pub fn kill_probability(
     runtime_s: f64,
     limit_s: f64,
 ) -> f64 {
-    let runs = class.runtime_log_sd.unwrap_or(0.0).max(0.0);
-    let types = type_log_sd(cfg, class, gpu);
-    let z = normal_quantile(cfg.profiles.quantile).max(0.0);
-    let median = runtime_s.max(1e-9) * (-z * runs).exp();
-    let sd = runs.hypot(types);
-    let margin = (limit_s.max(1e-9) / median).ln();
-    if sd <= 1e-12 {
-        return if margin < 0.0 { 1.0 } else { 0.0 };
-    }
-    1.0 - normal_cdf(margin / sd)
+    LimitRisk::of(cfg, class, gpu, limit_s).probability(runtime_s)
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@
 
 use crate::config::Config;
 use crate::model::{GpuType, JobClass};
+use crate::policy::belief::LimitRisk;
 use crate::policy::placement::limit_cap;
 use crate::policy::share::{ShareError, ShareJob, SharePlan, ShareSpec};
 use crate::units::{Mhz, SharePct};
@@ -48,6 +49,9 @@ pub struct Tenant<'a> {
     /// A run of it was killed at its time limit here beside a neighbour: a lower clock is not
     /// to be trusted (`placement::keeps_default_clock`).
     pub keeps_default: bool,
+    /// Its learned runtime's belief against its time limit (`belief::LimitRisk`), where both are
+    /// known: the clock prices the kill it risks.
+    pub risk: Option<LimitRisk>,
 }
 
 /// Why a GPU stays at its default clock.
@@ -79,6 +83,7 @@ pub fn node_clock(
                 share: ShareSpec::Fixed(t.share),
                 user: t.user,
                 bound: t.bound,
+                risk: t.risk,
             })
         })
         .collect();
@@ -122,6 +127,7 @@ mod tests {
             user: 1,
             bound: 1.25,
             keeps_default: false,
+            risk: None,
         };
         let clock = run(&[known]).expect("a clock");
         assert!(clock <= gpu.default_sm_clock, "{clock:?}");

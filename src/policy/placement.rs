@@ -344,8 +344,12 @@ pub struct PlaceContext {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct PlanKey {
     gpu_type: usize,
-    tenants: Vec<(u64, ShareSpec, u32, u64)>,
+    tenants: Vec<TenantKey>,
 }
+
+/// One job as the plan depends on it: its class's fingerprint, share, user (numbered in order
+/// of appearance), bound's bits and its limit's belief (`belief::LimitRisk::key`).
+type TenantKey = (u64, ShareSpec, u32, u64, Option<[u64; 3]>);
 
 /// Plans remembered beyond this many are dropped all at once (a long run sees few signatures).
 const PLAN_CACHE_MAX: usize = 200_000;
@@ -396,6 +400,7 @@ impl PlaceContext {
                     j.share,
                     u32::try_from(user).unwrap_or(u32::MAX),
                     j.bound.to_bits(),
+                    j.risk.map(|r| r.key()),
                 )
             })
             .collect();
@@ -879,6 +884,10 @@ fn evaluate(
         None => cap,
     };
     let bound = cap.map_or(job.bound, |c| job.bound.min(c));
+    // A learned job's risk of a kill, priced by the clock as by the option (`cost::kill_j`).
+    let risk = sizing
+        .absolute
+        .map(|limit| super::belief::LimitRisk::of(cfg, class, gpu, limit));
     // Slurm's power saving: waking a node costs its boot (a wait) and keeps it on, idle GPUs
     // and host, for the boot and at least SuspendTime after.
     let (boot_s, wake_j) = match power {
@@ -945,6 +954,7 @@ fn evaluate(
             bound: cfg.classes[j.class]
                 .slowdown_bound
                 .unwrap_or(cfg.policy.slowdown_bound),
+            risk: None,
         })
         .collect();
     let host_w = gpu.host_power.0;
@@ -957,6 +967,7 @@ fn evaluate(
             share: spec,
             user: new_user,
             bound,
+            risk,
         });
         let planned = ctx.optimize(cfg, type_idx, &all, job.params);
         let plan = match planned.as_ref() {
@@ -1037,12 +1048,7 @@ fn evaluate(
             }
         }
         let s = sizing.scale;
-        let kill = sizing.absolute.map(|limit| {
-            (
-                super::belief::kill_probability(cfg, class, gpu, mine.runtime.0 * s, limit),
-                limit,
-            )
-        });
+        let kill = risk.map(|r| (r.probability(mine.runtime.0 * s), r.limit_s));
         out.push(Candidate {
             gpu_type: gpu.name.clone(),
             type_idx,

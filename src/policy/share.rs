@@ -19,6 +19,8 @@ use crate::model::{
 };
 use crate::units::{Mhz, SharePct};
 
+use super::belief::LimitRisk;
+
 /// What a job's share on the GPU is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ShareSpec {
@@ -36,6 +38,9 @@ pub struct ShareJob<'a> {
     pub user: u32,
     /// The slowdown this job tolerates (>= 1).
     pub bound: f64,
+    /// For a job whose limit is known against its own runs, the belief its run passes the limit
+    /// at each clock: a kill is priced in the clock's cost ([`clock_cost`]).
+    pub risk: Option<LimitRisk>,
 }
 
 /// The optimizer's answer for one GPU.
@@ -94,20 +99,52 @@ impl ShareParams {
     }
 }
 
-/// The clock's cost for `p`, placement's one cost (`policy::cost`) per unit of the jobs' work:
-/// each second at this clock the facility pays the GPU's power and `static_w` (the idle power
-/// and host part the GPU keeps on, where power saving would turn them off; a slower clock keeps
-/// them on longer, which is why the best clock moves up as host power grows: race to idle), and
-/// each of the GPU's jobs spends a second of its completion time, worth `time_value_w`; the
-/// jobs do `sum(1 / slowdown)` seconds of their work alone in it.
-pub fn clock_cost(p: &GpuPrediction, time_value_w: f64, static_w: f64, idle_w: f64) -> f64 {
+/// The clock's cost for `p` with `jobs` on the GPU, placement's one cost (`policy::cost`) per
+/// unit of the jobs' work: each second at this clock the facility pays the GPU's power and
+/// `static_w` (the idle power and host part the GPU keeps on, where power saving would turn them
+/// off; a slower clock keeps them on longer, which is why the best clock moves up as host power
+/// grows: race to idle), and each of the GPU's jobs spends a second of its completion time,
+/// worth `time_value_w`; the jobs do `sum(1 / slowdown)` seconds of their work alone in it. A
+/// job whose limit is known against its runs adds its expected kill (`cost::kill_j`): the
+/// chance its run passes the limit at this clock times its power and time until the limit,
+/// spread over the jobs' work (their runtimes alone at the default clock).
+pub fn clock_cost(
+    p: &GpuPrediction,
+    jobs: &[ShareJob<'_>],
+    time_value_w: f64,
+    static_w: f64,
+    idle_w: f64,
+) -> f64 {
     let progress: f64 = p.jobs.iter().map(|j| 1.0 / j.slowdown).sum();
     if progress <= 0.0 {
         return f64::INFINITY;
     }
     #[allow(clippy::cast_precision_loss)]
-    let time_w = time_value_w.max(0.0) * p.jobs.len() as f64;
-    ((p.power.0 - idle_w).max(0.0) + static_w.max(0.0) + time_w) / progress
+    let n = p.jobs.len() as f64;
+    let time_value_w = time_value_w.max(0.0);
+    let static_w = static_w.max(0.0);
+    let rate = ((p.power.0 - idle_w).max(0.0) + static_w + time_value_w * n) / progress;
+    let mut kill_j = 0.0;
+    for (pj, j) in p.jobs.iter().zip(jobs) {
+        if let Some(risk) = j.risk {
+            // Metered as the rate is: with its part of the static power, or above idle.
+            let power = if static_w > 0.0 {
+                pj.power.0 + static_w / n
+            } else {
+                (pj.power.0 - idle_w / n).max(0.0)
+            };
+            kill_j += risk.probability(pj.runtime.0) * (power + time_value_w) * risk.limit_s;
+        }
+    }
+    if kill_j <= 0.0 {
+        return rate;
+    }
+    let work: f64 = p
+        .jobs
+        .iter()
+        .map(|j| j.runtime.0 / j.slowdown.max(1e-9))
+        .sum();
+    rate + kill_j / work.max(1e-9)
 }
 
 /// The static power (GPU idle and the host part) that counts in `gpu`'s clock cost under
@@ -159,7 +196,7 @@ pub fn optimize(
             break;
         }
         let (static_w, idle_w) = static_of(gpu, params);
-        let j = clock_cost(&p, params.time_value_w, static_w, idle_w);
+        let j = clock_cost(&p, jobs, params.time_value_w, static_w, idle_w);
         if best.as_ref().is_none_or(|(bj, _)| j < *bj) {
             best = Some((j, p));
         }
@@ -281,6 +318,7 @@ mod tests {
             share,
             user: 1,
             bound: 1.5,
+            risk: None,
         }
     }
 
@@ -381,5 +419,46 @@ mod tests {
             matches!(err, ShareError::BoundViolated { job: 0, .. }),
             "{err}"
         );
+    }
+
+    /// A job whose runs spread and whose limit sits at its bound is clocked no lower than one
+    /// whose runtime is certain: each step down raises the chance its run passes the limit, and
+    /// that kill is priced with the energy.
+    #[test]
+    fn the_risk_of_a_kill_keeps_the_clock_up() {
+        let g = gpu("v100", 1.0, 30.0, 300.0);
+        let c = training("t");
+        let certain = optimize(&g, &g, &[job(&c, ShareSpec::Auto)], PARAMS).expect("feasible");
+        let alone = certain.at_default_clock.jobs[0].runtime.0;
+        let risky = ShareJob {
+            risk: Some(LimitRisk::from_spread(1.5 * alone, 0.3, 0.0, 0.9)),
+            ..job(&c, ShareSpec::Auto)
+        };
+        let priced = optimize(&g, &g, &[risky], PARAMS).expect("feasible");
+        assert!(
+            priced.clock > certain.clock,
+            "{} vs {}",
+            priced.clock,
+            certain.clock
+        );
+        let p = |plan: &SharePlan| {
+            risky
+                .risk
+                .expect("risk")
+                .probability(plan.prediction.jobs[0].runtime.0)
+        };
+        assert!(
+            p(&priced) < p(&certain),
+            "{} vs {}",
+            p(&priced),
+            p(&certain)
+        );
+        // No spread, no risk inside the limit: the clock is the one without a limit.
+        let exact = ShareJob {
+            risk: Some(LimitRisk::from_spread(1.5 * alone, 0.0, 0.0, 0.9)),
+            ..job(&c, ShareSpec::Auto)
+        };
+        let plan = optimize(&g, &g, &[exact], PARAMS).expect("feasible");
+        assert_eq!(plan.clock, certain.clock);
     }
 }
