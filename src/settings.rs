@@ -264,8 +264,9 @@ pub const SETTINGS: &[Setting] = &[
         unit: "",
         range: num(0.5, 1.0),
         meaning: "The quantile of a job's runs its runtime and need are taken at, and its time \
-                  limit held at (on a type its runs never measured, of the belief widened by the \
-                  catalog's spread of speed exponents).",
+                  limit held at where its runs say the limit does not cover the run alone on the \
+                  type `limit_type` names (on a type its runs never measured, of the belief \
+                  widened by the catalog's spread of speed exponents).",
     },
     Setting {
         section: "profiles",

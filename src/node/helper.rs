@@ -877,7 +877,12 @@ impl<'a> NodeHelper<'a> {
                 bound: j.bound,
                 keeps_default: j.default_clock,
                 risk: l.as_ref().zip(j.time_limit_s).map(|(c, limit)| {
-                    crate::policy::belief::LimitRisk::of(self.cfg, c, gpu, limit)
+                    let written_for = j
+                        .limit_type
+                        .as_deref()
+                        .and_then(|t| self.cfg.gpu_type(t))
+                        .map(|t| &self.cfg.gpu_types[t]);
+                    crate::policy::belief::LimitRisk::of(self.cfg, c, gpu, written_for, limit)
                 }),
             })
             .collect();
@@ -982,6 +987,7 @@ impl<'a> NodeHelper<'a> {
                     outside_mps_beside_uid: None,
                     default_clock,
                     time_limit_s: job.time_limit_s,
+                    limit_type: job.limit_type.clone(),
                     demand_pct: job.demand_pct,
                     profile_keys: job.profile_keys.clone(),
                     profile: job.profile.clone(),

@@ -85,6 +85,10 @@ pub struct JobOnGpu {
     /// clock prices the chance its run passes it (`belief::LimitRisk`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time_limit_s: Option<f64>,
+    /// The GPU type its time limit is written for (`SPANK_HESHARE_LIMIT_TYPE`), which the
+    /// belief about its run is conditioned on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit_type: Option<String>,
 }
 
 /// A process the driver accounted work to, as last seen: whose job it is (decided while it ran,

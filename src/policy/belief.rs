@@ -123,11 +123,28 @@ pub fn limit_runtime(cfg: &Config, class: &JobClass, gpu: &GpuType) -> Seconds {
     Seconds(alone * (z * sd).exp())
 }
 
-/// The most a learned job may slow down on `gpu` and keep `limit_s` at the belief's quantile
-/// ([`limit_runtime`]), never below running alone at the default clock: the bound placement
-/// plans its options with and the node helper clocks its GPU by (`node_clock::tenant_bound`).
-pub fn limit_slowdown(cfg: &Config, class: &JobClass, gpu: &GpuType, limit_s: f64) -> f64 {
-    (limit_s / limit_runtime(cfg, class, gpu).0.max(1e-9)).max(1.0)
+/// The most a learned job may slow down on `gpu`: enough to keep `limit_s` at the belief's
+/// quantile ([`limit_runtime`]), and where the limit is written for a type (`written_for`,
+/// `[policy] limit_type`) and its runs agree ([`written_for_holds`]), no less than running
+/// alone there takes (the run its user wrote the limit for); never below running alone at the
+/// default clock. The bound placement plans its
+/// options with and the node helper clocks its GPU by (`node_clock::tenant_bound`); the risk of
+/// a kill within it is priced ([`LimitRisk`]).
+pub fn limit_slowdown(
+    cfg: &Config,
+    class: &JobClass,
+    gpu: &GpuType,
+    written_for: Option<&GpuType>,
+    limit_s: f64,
+) -> f64 {
+    let reference = &cfg.gpu_types[cfg.reference_gpu];
+    let own = limit_s / limit_runtime(cfg, class, gpu).0.max(1e-9);
+    let written = written_for
+        .filter(|w| written_for_holds(cfg, class, w, limit_s))
+        .map_or(0.0, |w| {
+            alone_runtime(class, w, reference).0 / alone_runtime(class, gpu, reference).0.max(1e-9)
+        });
+    own.max(written).max(1.0)
 }
 
 /// The standard normal distribution function, `P(Z <= x)` (Abramowitz and Stegun 7.1.26 on
@@ -146,35 +163,105 @@ pub fn normal_cdf(x: f64) -> f64 {
     }
 }
 
-/// What is believed of a learned job's runtime on one GPU type against its time limit: its log
+/// What is believed of a learned job's run on one GPU type against its time limit. Its log
 /// runtime is normal about the median its runs give, with their own spread
 /// (`JobClass::runtime_log_sd`, none where they cannot tell) and, on a type they never measured,
-/// the exponent's ([`type_log_sd`]). Placement prices an option's kill with it, and the sharing
-/// optimizer each clock's (`share::optimize`), so the node helper's clock and the option
-/// placement chose carry the same risk.
+/// the exponent's ([`type_log_sd`]). Where the site says what its limits are written for
+/// (`[policy] limit_type`: the slowest type the job allows, or one named type), the limit is
+/// itself evidence: its user wrote it to cover this run alone at the default clock there, and a
+/// run for which that fails is killed under plain Slurm too. Where the runs agree
+/// ([`written_for_holds`]) the belief is conditioned on it: a run no slower than alone on that type is never at risk, and one slower is at risk as
+/// far as its runs' spread leaves room between the two. Placement prices an option's kill with
+/// it, and the sharing optimizer each clock's (`share::optimize`), so the node helper's clock and
+/// the option placement chose carry the same risk.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct LimitRisk {
     /// The job's time limit, what a killed run throws away.
     pub limit_s: f64,
     /// The median runtime over the runtime at the profile's quantile.
     median_per_quantile: f64,
-    /// The log runtime's standard deviation.
+    /// Without a convention: the log runtime's spread on this type. With one: on the type the
+    /// limit is written for.
     sd: f64,
+    /// With a convention: the job's runtime alone at the default clock on the type the limit is
+    /// written for, at the profile's quantile, and how far its speed there over this type's may
+    /// be off (log-spread). `None`: the limit is read against this type's runs alone.
+    written_for: Option<(f64, f64)>,
+}
+
+/// Whether the limit is read as written for `written_for`: where the job's runs find it more
+/// likely right than wrong (their median runtime alone there at the default clock within it).
+/// Where they say the run takes longer there than its limit, the user's limit and the runs
+/// cannot both be right, and the runs, measured, are believed: the limit is read against them
+/// alone.
+pub fn written_for_holds(
+    cfg: &Config,
+    class: &JobClass,
+    written_for: &GpuType,
+    limit_s: f64,
+) -> bool {
+    let reference = &cfg.gpu_types[cfg.reference_gpu];
+    let runs = class.runtime_log_sd.unwrap_or(0.0).max(0.0);
+    let z = normal_quantile(cfg.profiles.quantile).max(0.0);
+    alone_runtime(class, written_for, reference).0 * (-z * runs).exp() <= limit_s
+}
+
+/// The log of the standard normal distribution function, accurate in the lower tail where
+/// [`normal_cdf`]'s absolute error would swamp it (the asymptotic series below -3).
+fn ln_normal_cdf(x: f64) -> f64 {
+    if x > -3.0 {
+        return normal_cdf(x).max(1e-300).ln();
+    }
+    let x2 = x * x;
+    -x2 / 2.0 - (-x).ln() - 0.5 * (2.0 * std::f64::consts::PI).ln()
+        + (1.0 - 1.0 / x2 + 3.0 / (x2 * x2)).ln()
 }
 
 impl LimitRisk {
-    /// The belief for `class` on `gpu` under `limit_s`.
-    pub fn of(cfg: &Config, class: &JobClass, gpu: &GpuType, limit_s: f64) -> LimitRisk {
-        LimitRisk::from_spread(
-            limit_s,
-            class.runtime_log_sd.unwrap_or(0.0),
-            type_log_sd(cfg, class, gpu),
-            cfg.profiles.quantile,
-        )
+    /// The belief for `class` on `gpu` under `limit_s`, written for `written_for` (the type
+    /// `[policy] limit_type` names for the job, `None` where not known).
+    pub fn of(
+        cfg: &Config,
+        class: &JobClass,
+        gpu: &GpuType,
+        written_for: Option<&GpuType>,
+        limit_s: f64,
+    ) -> LimitRisk {
+        let runs = class.runtime_log_sd.unwrap_or(0.0);
+        match written_for.filter(|w| written_for_holds(cfg, class, w, limit_s)) {
+            None => LimitRisk::from_spread(
+                limit_s,
+                runs,
+                type_log_sd(cfg, class, gpu),
+                cfg.profiles.quantile,
+            ),
+            Some(w) => {
+                let reference = &cfg.gpu_types[cfg.reference_gpu];
+                let measured = |g: &GpuType| class.measured_speed.iter().any(|(t, _)| *t == g.name);
+                let ratio_sd = if class.kind != JobKind::Training || (measured(gpu) && measured(w))
+                {
+                    0.0
+                } else {
+                    exponent_spread(cfg)
+                        * (gpu.relative_throughput.max(1e-9) / w.relative_throughput.max(1e-9))
+                            .ln()
+                            .abs()
+                };
+                LimitRisk {
+                    written_for: Some((alone_runtime(class, w, reference).0, ratio_sd)),
+                    ..LimitRisk::from_spread(
+                        limit_s,
+                        runs,
+                        type_log_sd(cfg, class, w),
+                        cfg.profiles.quantile,
+                    )
+                }
+            }
+        }
     }
 
     /// The belief for runtimes kept at `quantile` of runs whose log runtimes spread by
-    /// `runs_sd`, on a type whose speed adds `type_sd`, under `limit_s`.
+    /// `runs_sd`, on a type whose speed adds `type_sd`, under `limit_s` read against this type.
     pub fn from_spread(limit_s: f64, runs_sd: f64, type_sd: f64, quantile: f64) -> LimitRisk {
         let runs = runs_sd.max(0.0);
         let z = normal_quantile(quantile).max(0.0);
@@ -182,28 +269,72 @@ impl LimitRisk {
             limit_s: limit_s.max(1e-9),
             median_per_quantile: (-z * runs).exp(),
             sd: runs.hypot(type_sd.max(0.0)),
+            written_for: None,
+        }
+    }
+
+    /// The same belief with the limit written for a type on which the job runs alone, at the
+    /// profile's quantile, in `written_for_s`, its speed there over this type's off by
+    /// `ratio_sd` (log).
+    pub fn written_for(self, written_for_s: f64, ratio_sd: f64) -> LimitRisk {
+        LimitRisk {
+            written_for: Some((written_for_s.max(1e-9), ratio_sd.max(0.0))),
+            ..self
         }
     }
 
     /// The belief's bits, for a cache keyed by what a decision depends on.
-    pub fn key(&self) -> [u64; 3] {
+    pub fn key(&self) -> [u64; 5] {
+        let (w, r) = self.written_for.unwrap_or((-1.0, -1.0));
         [
             self.limit_s.to_bits(),
             self.median_per_quantile.to_bits(),
             self.sd.to_bits(),
+            w.to_bits(),
+            r.to_bits(),
         ]
     }
 
-    /// The chance that a run predicted to take `runtime_s` (its runtime at the profile's
+    /// The chance that a run predicted to take `runtime_s` here (its runtime at the profile's
     /// quantile times the option's slowdown) passes the limit. With no spread at all the
     /// prediction is taken as exact.
     pub fn probability(&self, runtime_s: f64) -> f64 {
-        let median = runtime_s.max(1e-9) * self.median_per_quantile;
-        let margin = (self.limit_s / median).ln();
-        if self.sd <= 1e-12 {
-            return if margin < 0.0 { 1.0 } else { 0.0 };
+        let ln_limit = self.limit_s.ln();
+        let Some((written_s, ratio_sd)) = self.written_for else {
+            let median = runtime_s.max(1e-9) * self.median_per_quantile;
+            let margin = ln_limit - median.ln();
+            if self.sd <= 1e-12 {
+                return if margin < 0.0 { 1.0 } else { 0.0 };
+            }
+            return 1.0 - normal_cdf(margin / self.sd);
+        };
+        // The run takes T alone on the type the limit is written for, T <= limit, and this
+        // option's runtime is T times `ratio` (the option's over alone there, as predicted,
+        // times the speed ratio's error): killed where T > limit / ratio. The error is
+        // averaged over three Gauss-Hermite points.
+        let ln_ratio = (runtime_s.max(1e-9) / written_s).ln();
+        let ln_median = (written_s * self.median_per_quantile).ln();
+        const NODES: [(f64, f64); 3] = [
+            (-1.732_050_807_568_877_2, 1.0 / 6.0),
+            (0.0, 2.0 / 3.0),
+            (1.732_050_807_568_877_2, 1.0 / 6.0),
+        ];
+        let mut p = 0.0;
+        for (z, w) in NODES {
+            let d = ln_ratio + ratio_sd * z;
+            if d <= 0.0 {
+                continue;
+            }
+            let killed = if self.sd <= 1e-12 {
+                // Exact runs: T is its median, or the limit where the limit says less.
+                f64::from(u8::from(ln_median.min(ln_limit) + d > ln_limit))
+            } else {
+                let a = (ln_limit - ln_median) / self.sd;
+                1.0 - (ln_normal_cdf(a - d / self.sd) - ln_normal_cdf(a)).exp()
+            };
+            p += w * killed.clamp(0.0, 1.0);
         }
-        1.0 - normal_cdf(margin / self.sd)
+        p
     }
 }
 
@@ -216,7 +347,7 @@ pub fn kill_probability(
     runtime_s: f64,
     limit_s: f64,
 ) -> f64 {
-    LimitRisk::of(cfg, class, gpu, limit_s).probability(runtime_s)
+    LimitRisk::of(cfg, class, gpu, None, limit_s).probability(runtime_s)
 }
 
 #[cfg(test)]
@@ -291,6 +422,86 @@ mod tests {
             })
             .expect("a type of another speed");
         assert!(kill_probability(&cfg, &with(Some(0.0)), other, 1000.0, 1100.0) > 0.0);
+    }
+
+    #[test]
+    fn the_log_distribution_function_holds_in_the_far_tail() {
+        for x in [-2.9, -1.0, 0.0, 2.0] {
+            assert!((ln_normal_cdf(x) - normal_cdf(x).ln()).abs() < 1e-5, "{x}");
+        }
+        // Phi(-6) = 9.8659e-10, Phi(-10) = 7.6199e-24.
+        assert!((ln_normal_cdf(-6.0) - 9.8659e-10f64.ln()).abs() < 1e-3);
+        assert!((ln_normal_cdf(-10.0) - 7.6199e-24f64.ln()).abs() < 1e-3);
+    }
+
+    /// A limit written for a type is evidence of the run: no slower than alone there, the run is
+    /// never at risk, even where its runs' quantile says it takes longer than the limit; slower,
+    /// the risk grows with the slowdown, is near certain where the runs say the run already
+    /// fills the limit there, and is small where they leave room.
+    #[test]
+    fn a_limit_written_for_a_type_conditions_the_belief() {
+        let limit = 3600.0;
+        let tight = LimitRisk::from_spread(limit, 0.05, 0.0, 0.9).written_for(4000.0, 0.0);
+        assert!(tight.probability(4000.0).abs() < 1e-12);
+        assert!(tight.probability(2000.0).abs() < 1e-12);
+        assert!(
+            tight.probability(4400.0) > 0.5,
+            "{}",
+            tight.probability(4400.0)
+        );
+        let roomy = LimitRisk::from_spread(limit, 0.1, 0.0, 0.9).written_for(1000.0, 0.0);
+        assert!(
+            roomy.probability(1100.0) < 1e-6,
+            "{}",
+            roomy.probability(1100.0)
+        );
+        let (a, b, c) = (
+            roomy.probability(2500.0),
+            roomy.probability(3000.0),
+            roomy.probability(3600.0),
+        );
+        assert!(a <= b && b <= c && c > 0.1, "{a} {b} {c}");
+        // Exact runs: killed exactly where the run passes the limit.
+        let exact = LimitRisk::from_spread(limit, 0.0, 0.0, 0.9).written_for(1000.0, 0.0);
+        assert!(exact.probability(3500.0).abs() < 1e-12);
+        assert!((exact.probability(3700.0) - 1.0).abs() < 1e-12);
+        // An uncertain speed ratio puts some risk just below the written-for runtime.
+        let unsure = LimitRisk::from_spread(limit, 0.0, 0.0, 0.9).written_for(3500.0, 0.3);
+        let p = unsure.probability(3400.0);
+        assert!(p > 0.0 && p < 0.5, "{p}");
+    }
+
+    /// Without a convention the limit is read against the runs alone (the quantile's chance);
+    /// with the job allowed on a slower type the limit is written for, a run on a faster type
+    /// alone is safe.
+    #[test]
+    fn the_site_convention_reads_the_limit_on_the_type_it_names() {
+        let cfg = cfg();
+        let reference = &cfg.gpu_types[cfg.reference_gpu];
+        let slower = cfg
+            .gpu_types
+            .iter()
+            .filter(|g| g.relative_throughput < reference.relative_throughput)
+            .min_by(|a, b| a.relative_throughput.total_cmp(&b.relative_throughput))
+            .expect("a slower type");
+        let class = JobClass {
+            measured_speed: vec![(reference.name.clone(), 1.0), (slower.name.clone(), 0.5)],
+            runtime_log_sd: Some(0.3),
+            ..cfg.class("bert-train").expect("bert-train").clone()
+        };
+        let here = alone_runtime(&class, reference, reference).0;
+        let there = alone_runtime(&class, slower, reference).0;
+        assert!(there > here * 1.2, "{there} vs {here}");
+        // The limit covers the run alone on the slower type, just.
+        let limit = there;
+        let plain = LimitRisk::of(&cfg, &class, reference, None, limit);
+        let read = LimitRisk::of(&cfg, &class, reference, Some(slower), limit);
+        assert!(read.probability(here).abs() < 1e-12);
+        assert!(read.probability(there * 0.99).abs() < 1e-12);
+        assert!(plain.probability(there * 0.99) > 0.05);
+        assert!(
+            limit_slowdown(&cfg, &class, reference, Some(slower), limit) >= there / here - 1e-9
+        );
     }
 
     fn cfg() -> Config {

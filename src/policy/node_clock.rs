@@ -27,13 +27,17 @@ pub fn tenant_bound(
             .and_then(|c| c.slowdown_bound)
             .unwrap_or(cfg.policy.slowdown_bound)
     });
-    let bound = match (model, limit_type.and_then(|t| cfg.gpu_types.get(t))) {
-        (Some(c), Some(slowest)) => bound.min(limit_cap(c, gpu, slowest, reference)),
+    let written_for = limit_type.and_then(|t| cfg.gpu_types.get(t));
+    match (learned_limit, model, written_for) {
+        (Some((c, limit)), _, _) => bound.min(super::belief::limit_slowdown(
+            cfg,
+            c,
+            gpu,
+            written_for,
+            limit,
+        )),
+        (None, Some(c), Some(slowest)) => bound.min(limit_cap(c, gpu, slowest, reference)),
         _ => bound,
-    };
-    match learned_limit {
-        Some((c, limit)) => bound.min(super::belief::limit_slowdown(cfg, c, gpu, limit)),
-        None => bound,
     }
 }
 
@@ -181,5 +185,35 @@ mod tests {
         // Never below running alone.
         let b = with_limit(class, 0.5 * alone);
         assert!((b - 1.0).abs() < 1e-12, "{b}");
+    }
+
+    /// A learned job whose limit is written for a slower type may slow down here as far as
+    /// running alone there takes, where its runs agree the limit covers that run.
+    #[test]
+    fn a_learned_limit_written_for_a_slower_type_allows_its_slowdown() {
+        let cfg = cfg();
+        let a100 = &cfg.gpu_types[cfg.gpu_type("a100").expect("a100")];
+        let t4 = cfg.gpu_type("t4").expect("t4");
+        let reference = &cfg.gpu_types[cfg.reference_gpu];
+        let class = cfg.class("resnet50-train").expect("class");
+        let on_t4 = alone_runtime(class, &cfg.gpu_types[t4], reference).0;
+        let ratio = on_t4 / alone_runtime(class, a100, reference).0;
+        assert!(ratio > 1.5, "{ratio}");
+        let bound = |limit: f64, written: Option<usize>| {
+            tenant_bound(
+                &cfg,
+                a100,
+                Some(class),
+                Some(10.0),
+                written,
+                Some((class, limit)),
+            )
+        };
+        let b = bound(on_t4, Some(t4));
+        assert!(b >= ratio - 1e-9, "{b} vs {ratio}");
+        // Without the convention, its runs alone (and the spread of an unmeasured type) say less.
+        assert!(bound(on_t4, None) < b, "{}", bound(on_t4, None));
+        // Runs that say the limit is too short on t4 are believed.
+        assert!(bound(0.5 * on_t4, Some(t4)) < 0.5 * ratio + 1e-9);
     }
 }

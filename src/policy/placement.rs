@@ -349,7 +349,7 @@ struct PlanKey {
 
 /// One job as the plan depends on it: its class's fingerprint, share, user (numbered in order
 /// of appearance), bound's bits and its limit's belief (`belief::LimitRisk::key`).
-type TenantKey = (u64, ShareSpec, u32, u64, Option<[u64; 3]>);
+type TenantKey = (u64, ShareSpec, u32, u64, Option<[u64; 5]>);
 
 /// Plans remembered beyond this many are dropped all at once (a long run sees few signatures).
 const PLAN_CACHE_MAX: usize = 200_000;
@@ -841,11 +841,16 @@ fn evaluate(
     // (a learned class: than its limit over its measured runtime here).
     // (For a profiled job: its runtime here as its runs say, or carry it by the exponent where
     // they never measured the type.)
-    let cap = match sizing.absolute {
-        Some(limit) => Some(limit / alone_runtime(class, gpu, reference).0.max(1e-9)),
-        None => sizing
-            .slowest
-            .map(|s| limit_cap(class, gpu, &cfg.gpu_types[s], reference)),
+    // (A learned job whose limit the site's convention does not place: against its runs.)
+    let written_for = sizing.slowest.map(|t| &cfg.gpu_types[t]).filter(|w| {
+        sizing
+            .absolute
+            .is_none_or(|limit| super::belief::written_for_holds(cfg, class, w, limit))
+    });
+    let cap = match (sizing.absolute, written_for) {
+        (_, Some(w)) => Some(limit_cap(class, gpu, w, reference)),
+        (Some(limit), None) => Some(limit / alone_runtime(class, gpu, reference).0.max(1e-9)),
+        (None, None) => None,
     };
     if let (Some(c), Some(limit)) = (cap, job.limit_s) {
         if c < 1.0 - 1e-9 {
@@ -875,19 +880,24 @@ fn evaluate(
     let default_clock = sizing
         .absolute
         .is_some_and(|l| keeps_default_clock(cfg, job.class, gpu, l));
-    // The slowdown its limit allows here: for a profiled job, against its runtime at the
-    // profile's quantile widened by how little is known of the type (`belief::limit_runtime`),
-    // never below running alone at the default clock, as the node helper clocks it
+    // The slowdown its limit allows here: for a profiled job, as its runs and the type its limit
+    // is written for say (`belief::limit_slowdown`), as the node helper clocks it
     // (`node_clock::tenant_bound`); what risk of a kill remains is priced (`cost::kill_j`).
     let cap = match sizing.absolute {
-        Some(limit) => Some(super::belief::limit_slowdown(cfg, class, gpu, limit)),
+        Some(limit) => Some(super::belief::limit_slowdown(
+            cfg,
+            class,
+            gpu,
+            written_for,
+            limit,
+        )),
         None => cap,
     };
     let bound = cap.map_or(job.bound, |c| job.bound.min(c));
     // A learned job's risk of a kill, priced by the clock as by the option (`cost::kill_j`).
     let risk = sizing
         .absolute
-        .map(|limit| super::belief::LimitRisk::of(cfg, class, gpu, limit));
+        .map(|limit| super::belief::LimitRisk::of(cfg, class, gpu, written_for, limit));
     // Slurm's power saving: waking a node costs its boot (a wait) and keeps it on, idle GPUs
     // and host, for the boot and at least SuspendTime after.
     let (boot_s, wake_j) = match power {
@@ -1152,13 +1162,6 @@ fn sizing(cfg: &Config, job: &Job<'_>, view: &[&GpuSlot], queues: &[TypeQueue]) 
             absolute: None,
         };
     };
-    if job.req.learned.is_some() {
-        return Sizing {
-            scale: 1.0,
-            slowest: None,
-            absolute: Some(limit),
-        };
-    }
     let reference = &cfg.gpu_types[cfg.reference_gpu];
     let mut present = vec![false; cfg.gpu_types.len()];
     for s in view {
@@ -1178,6 +1181,15 @@ fn sizing(cfg: &Config, job: &Job<'_>, view: &[&GpuSlot], queues: &[TypeQueue]) 
                     .then(b.cmp(&a))
             })
     });
+    // A learned class predicts in seconds; the type the limit is written for conditions its
+    // belief (`belief::LimitRisk`).
+    if job.req.learned.is_some() {
+        return Sizing {
+            scale: 1.0,
+            slowest,
+            absolute: Some(limit),
+        };
+    }
     match slowest {
         Some(t) => Sizing {
             scale: limit
@@ -1739,12 +1751,13 @@ mod tests {
         }
     }
 
-    /// On a type its runs never measured, a profiled training job's runtime is carried there by
-    /// the speed exponent, which may be off by the catalog's spread of exponents: with a limit
-    /// that runtime would just meet, the type is still an option, but at the default clock and
-    /// with the chance of a kill priced; once a run measured the type, the same limit is safe.
+    /// A limit written for the slowest type the job allows (`limit_type = "slowest"`) is its
+    /// user's word that the run finishes alone there: that type is an option without a priced
+    /// kill even where no run of the job measured it (at the default clock: the limit leaves it
+    /// no slowdown). Where its runs say the run takes longer there than the limit, the runs are
+    /// believed: the type is no option, and the measured faster one is safe.
     #[test]
-    fn an_unmeasured_type_prices_the_exponents_spread_as_a_chance_of_a_kill() {
+    fn a_limit_is_read_as_written_for_the_slowest_type_unless_the_runs_contradict_it() {
         let cfg = cfg();
         let (a100, v100) = (
             cfg.gpu_type("a100").expect("a100"),
@@ -1764,39 +1777,27 @@ mod tests {
         };
         let on_v100 = alone_runtime(&only_a100, &cfg.gpu_types[v100], reference).0;
         let v = view(&cfg, &[("a100", SlotPower::Up), ("v100m16", SlotPower::Up)]);
-        let req = |class: &JobClass| JobRequest {
-            time_limit_s: Some(1.02 * on_v100),
+        let req = |class: &JobClass, limit: f64| JobRequest {
+            time_limit_s: Some(limit),
             learned: Some(Arc::new(class.clone())),
             ..JobRequest::new("bert-train")
         };
-        let plan = place(&cfg, &v, &req(&only_a100)).expect("placed");
-        let guessed = candidate(&plan, "v100m16").expect("still an option");
-        assert!(guessed.kill_probability > 0.05, "{guessed:?}");
-        assert_eq!(guessed.sm_clock_mhz, guessed.default_sm_clock_mhz);
-        assert!(
-            crate::policy::cost::kill_j(guessed, job_exchange(&cfg, &req(&only_a100))) > 0.0,
-            "{guessed:?}"
-        );
+        let plan = place(&cfg, &v, &req(&only_a100, 1.02 * on_v100)).expect("placed");
+        assert_eq!(plan.decision.limit_type.as_deref(), Some("v100m16"));
+        let written = candidate(&plan, "v100m16").expect("an option");
+        assert!(written.kill_probability < 1e-9, "{written:?}");
+        assert_eq!(written.sm_clock_mhz, written.default_sm_clock_mhz);
         let measured = candidate(&plan, "a100").expect("a100");
         assert!(measured.kill_probability < 1e-9, "{measured:?}");
-        let both = JobClass {
-            measured_speed: vec![
-                only_a100.measured_speed[0].clone(),
-                (
-                    "v100m16".into(),
-                    crate::model::relative_speed(&only_a100, &cfg.gpu_types[v100], reference),
-                ),
-            ],
-            ..only_a100.clone()
-        };
-        let plan = place(&cfg, &v, &req(&both)).expect("placed");
-        let known = candidate(&plan, "v100m16").expect("v100m16");
-        assert!(known.kill_probability < 1e-9, "{known:?}");
-    }
-
-    /// The exchange rate a plain request is priced at.
-    fn job_exchange(cfg: &Config, req: &JobRequest) -> crate::policy::cost::Exchange {
-        crate::policy::cost::Exchange::site(cfg.policy.time_value_kwh_per_gpu_hour, req.gpus)
+        // The runs say 2% more than the limit on v100 alone.
+        let plan = place(&cfg, &v, &req(&only_a100, 0.98 * on_v100)).expect("placed");
+        assert!(
+            candidate(&plan, "v100m16").is_none(),
+            "{:?}",
+            plan.candidates
+        );
+        let safe = candidate(&plan, "a100").expect("a100");
+        assert!(safe.kill_probability < 1e-9, "{safe:?}");
     }
 
     /// A share heshare sizes itself must hold the job's time limit beside neighbours as busy as

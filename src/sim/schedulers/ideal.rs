@@ -240,8 +240,15 @@ pub fn node_helper_clock(
             bound: tenant_bound(st.cfg, gt, model, None, h.limit_type, learned_limit),
             keeps_default: learned_limit
                 .is_some_and(|(c, l)| crate::policy::keeps_default_clock(st.cfg, c, gt, l)),
-            risk: learned_limit
-                .map(|(c, l)| crate::policy::belief::LimitRisk::of(st.cfg, c, gt, l)),
+            risk: learned_limit.map(|(c, l)| {
+                crate::policy::belief::LimitRisk::of(
+                    st.cfg,
+                    c,
+                    gt,
+                    h.limit_type.and_then(|t| st.cfg.gpu_types.get(t)),
+                    l,
+                )
+            }),
         });
     }
     node_clock(&tenants, |jobs| {
