@@ -14,9 +14,9 @@ pub mod share;
 
 pub use groups::GpuGroups;
 pub use placement::{
-    Candidate, ClusterView, Decision, EnergyPolicy, GpuSlot, JobRequest, PlaceContext, PlacedJob,
-    PlacementError, Plan, ShareRequest, SlotPower, keeps_default_clock, limit_cap, place,
-    place_slots, place_with, sized_class,
+    Candidate, ClusterView, CostTerms, Decision, EnergyPolicy, GpuSlot, JobRequest, PlaceContext,
+    PlacedJob, PlacementError, Plan, ShareRequest, SlotPower, keeps_default_clock, limit_cap,
+    place, place_slots, place_with, sized_class,
 };
 pub use queue::TypeQueue;
 pub use share::{ShareError, ShareJob, ShareParams, SharePlan, ShareSpec, optimize};

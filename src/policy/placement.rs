@@ -296,7 +296,39 @@ pub struct Decision {
     /// allows): on every other type and clock its predicted runtime stays within the limit.
     /// `None` without a limit.
     pub limit_type: Option<String>,
+    /// The chosen option's cost in its terms (`policy::cost`), at the job's own rate.
+    pub terms: CostTerms,
     pub reason: String,
+}
+
+/// One option's cost in its terms: `cost_j = energy_j + lambda_w * (time_s + delay_s) + kill_j`
+/// (`policy::cost`), what AdminComment names for the chosen option.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct CostTerms {
+    pub cost_j: f64,
+    pub energy_j: f64,
+    /// Joules per second of time; the pure time-first and energy-first orders use a rate far
+    /// from any real one (`cost::Exchange::joules_per_s`).
+    pub lambda_w: f64,
+    pub time_s: f64,
+    pub delay_s: f64,
+    pub kill_probability: f64,
+    pub kill_j: f64,
+}
+
+impl CostTerms {
+    /// The terms of option `c` at `exchange`.
+    pub fn of(c: &Candidate, exchange: Exchange) -> CostTerms {
+        CostTerms {
+            cost_j: cost::cost_j(c, exchange),
+            energy_j: cost::energy_j(c),
+            lambda_w: exchange.joules_per_s(),
+            time_s: cost::time_s(c),
+            delay_s: c.imposed_delay_s,
+            kill_probability: c.kill_probability,
+            kill_j: cost::kill_j(c, exchange),
+        }
+    }
 }
 
 /// Candidates best first, and the decision taken from the first.
@@ -1147,6 +1179,7 @@ fn decide(cfg: &Config, cands: &[Candidate], job: &Job<'_>, quiet: bool) -> Deci
         offered_share_pct,
         wait_s: best.wait_s,
         limit_type: None,
+        terms: CostTerms::of(best, job.exchange),
         reason,
     }
 }

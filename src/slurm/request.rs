@@ -644,7 +644,7 @@ fn rewrite(
         spank_env.push(format!("HESHARE_SM_CLOCK_MHZ={}", d.sm_clock_mhz));
     }
     r.admin_comment = format!(
-        "heshare: type={types}{prefer_note} share={share} clock={} class={class} policy={policy}{} asked={}{} site={:+} {} reason={reason}",
+        "heshare: type={types}{prefer_note} share={share} clock={} class={class} policy={policy}{} asked={}{} site={:+} {} {} reason={reason}",
         d.sm_clock_mhz,
         d.limit_type
             .as_deref()
@@ -655,10 +655,20 @@ fn rewrite(
         },
         demand_pct.map_or(String::new(), |p| format!(" demand={p}")),
         d.site_factor,
-        live.describe()
+        live.describe(),
+        cost_terms(&d.terms),
     );
     r.spank_env = spank_env;
     r
+}
+
+/// The chosen option's cost in its terms, as AdminComment names them (`policy::cost`):
+/// `cost_j = energy_j + lambda_w * (time_s + delay_s) + kill_j`.
+fn cost_terms(t: &crate::policy::CostTerms) -> String {
+    format!(
+        "cost_j={:.4e} energy_j={:.4e} lambda_w={:.4e} time_s={:.0} delay_s={:.0} p_kill={:.4} kill_j={:.4e}",
+        t.cost_j, t.energy_j, t.lambda_w, t.time_s, t.delay_s, t.kill_probability, t.kill_j
+    )
 }
 
 #[cfg(test)]
@@ -713,6 +723,40 @@ pub(crate) mod tests {
             Verdict::Rewrite(r) => r,
             other => panic!("expected a rewrite, got {other:?}"),
         }
+    }
+
+    /// AdminComment names the chosen option's cost in its terms, and they add up to it.
+    #[test]
+    fn admin_comment_names_the_cost_in_its_terms() {
+        let cfg = cfg();
+        let site = local_site(&cfg);
+        let ask = parse_tres_per_node(Some("gres:gpu:1")).expect("ok");
+        let o = opts("bert-train", None);
+        let sub = Submission {
+            time_limit_s: Some(4.0 * 3600.0),
+            ..Submission::new(ask.as_ref(), &o, "1000")
+        };
+        let r = rewrite_of(decide(&cfg, &site, Live::NONE, &sub));
+        let term = |name: &str| -> f64 {
+            r.admin_comment
+                .split_whitespace()
+                .find_map(|w| w.strip_prefix(&format!("{name}=")))
+                .and_then(|v| v.parse().ok())
+                .unwrap_or_else(|| panic!("{name} in {}", r.admin_comment))
+        };
+        let sum = term("energy_j")
+            + term("lambda_w") * (term("time_s") + term("delay_s"))
+            + term("kill_j");
+        assert!(term("cost_j") > 0.0);
+        assert!(
+            (sum - term("cost_j")).abs() <= 1e-3 * term("cost_j"),
+            "{sum} vs {}",
+            r.admin_comment
+        );
+        assert!((0.0..=1.0).contains(&term("p_kill")));
+        // The terms come before the reason, which AdminComment's reader stops at.
+        let at = |w: &str| r.admin_comment.find(w).expect(w);
+        assert!(at("cost_j=") < at("reason="));
     }
 
     /// Regression: `--gres=gpu:a100:1,gpu:t4:1` was rewritten to one t4, dropping the a100.
@@ -780,7 +824,7 @@ pub(crate) mod tests {
         );
         assert!(
             r.admin_comment.contains(
-                " class=vit-infer policy=balanced asked=whole site=+0 snapshot=none reason="
+                " class=vit-infer policy=balanced asked=whole site=+0 snapshot=none cost_j="
             ),
             "{}",
             r.admin_comment
