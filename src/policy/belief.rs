@@ -2,10 +2,11 @@
 //! log runtime is normal about what its runs measured, with their own spread
 //! (`JobClass::runtime_log_sd`; the profile keeps its runtime at `[profiles] quantile`), and on a
 //! type they never measured, its runtime carried there by the speed exponent, whose error is the
-//! catalog's spread of exponents times how far the type's speed is from a measured one. The
-//! clock holds the job's limit at that quantile of the belief ([`limit_runtime`]); the chance
-//! that a run still passes it ([`kill_probability`]) is priced in the option's cost
-//! (`cost::kill_j`). No margin of its own keeps a job off shared GPUs or lower clocks. Pure.
+//! catalog's spread of exponents times how far the type's speed is from a measured one. A job's
+//! bound keeps its limit at that quantile of the belief, or covers the run its limit is written
+//! for ([`limit_slowdown`]); the chance that a run still passes it ([`LimitRisk`]) is priced in
+//! the option's cost (`cost::kill_j`) and the clock's (`share::clock_cost`). No margin of its own
+//! keeps a job off shared GPUs or lower clocks. Pure.
 
 use crate::config::Config;
 use crate::model::{GpuType, JobClass, JobKind, alone_runtime};
@@ -126,10 +127,10 @@ pub fn limit_runtime(cfg: &Config, class: &JobClass, gpu: &GpuType) -> Seconds {
 /// The most a learned job may slow down on `gpu`: enough to keep `limit_s` at the belief's
 /// quantile ([`limit_runtime`]), and where the limit is written for a type (`written_for`,
 /// `[policy] limit_type`) and its runs agree ([`written_for_holds`]), no less than running
-/// alone there takes (the run its user wrote the limit for); never below running alone at the
-/// default clock. The bound placement plans its
-/// options with and the node helper clocks its GPU by (`node_clock::tenant_bound`); the risk of
-/// a kill within it is priced ([`LimitRisk`]).
+/// alone there takes (the run its user wrote the limit for, `placement::limit_cap`); never below
+/// running alone at the default clock. The bound placement plans its options with and the node
+/// helper clocks its GPU by (`node_clock::tenant_bound`); the risk of a kill within it is priced
+/// ([`LimitRisk`]).
 pub fn limit_slowdown(
     cfg: &Config,
     class: &JobClass,
@@ -142,7 +143,7 @@ pub fn limit_slowdown(
     let written = written_for
         .filter(|w| written_for_holds(cfg, class, w, limit_s))
         .map_or(0.0, |w| {
-            alone_runtime(class, w, reference).0 / alone_runtime(class, gpu, reference).0.max(1e-9)
+            super::placement::limit_cap(class, gpu, w, reference)
         });
     own.max(written).max(1.0)
 }
@@ -170,8 +171,9 @@ pub fn normal_cdf(x: f64) -> f64 {
 /// (`[policy] limit_type`: the slowest type the job allows, or one named type), the limit is
 /// itself evidence: its user wrote it to cover this run alone at the default clock there, and a
 /// run for which that fails is killed under plain Slurm too. Where the runs agree
-/// ([`written_for_holds`]) the belief is conditioned on it: a run no slower than alone on that type is never at risk, and one slower is at risk as
-/// far as its runs' spread leaves room between the two. Placement prices an option's kill with
+/// ([`written_for_holds`]) the belief is conditioned on it: a run no slower than alone on that
+/// type is never at risk, and one slower is at risk as far as its runs' spread leaves room
+/// between the two. Placement prices an option's kill with
 /// it, and the sharing optimizer each clock's (`share::optimize`), so the node helper's clock and
 /// the option placement chose carry the same risk.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -338,21 +340,21 @@ impl LimitRisk {
     }
 }
 
-/// The chance that a learned job's run on `gpu`, predicted to take `runtime_s` there, passes
-/// `limit_s` ([`LimitRisk`]).
-pub fn kill_probability(
-    cfg: &Config,
-    class: &JobClass,
-    gpu: &GpuType,
-    runtime_s: f64,
-    limit_s: f64,
-) -> f64 {
-    LimitRisk::of(cfg, class, gpu, None, limit_s).probability(runtime_s)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The chance that a learned job's run on `gpu`, predicted to take `runtime_s` there, passes
+    /// `limit_s` ([`LimitRisk`]).
+    fn kill_probability(
+        cfg: &Config,
+        class: &JobClass,
+        gpu: &GpuType,
+        runtime_s: f64,
+        limit_s: f64,
+    ) -> f64 {
+        LimitRisk::of(cfg, class, gpu, None, limit_s).probability(runtime_s)
+    }
 
     #[test]
     fn the_normal_quantile_matches_known_values() {

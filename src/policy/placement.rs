@@ -244,10 +244,10 @@ pub struct Candidate {
     pub queued: bool,
     /// Seconds of waiting work the option pushes back (`policy::cost::imposed_delay_s`).
     pub imposed_delay_s: f64,
-    /// The chance its run here passes its time limit (`policy::belief::kill_probability`), for
+    /// The chance its run here passes its time limit (`policy::belief::LimitRisk::probability`), for
     /// a job whose limit is known against its own runs' runtime; 0 otherwise.
     pub kill_probability: f64,
-    /// Its time limit, what a kill throws away (0 where `kill_probability` is not known).
+    /// Its time limit, what a kill throws away (0 where no chance of a kill is known).
     pub limit_s: f64,
     /// The option's cost (`policy::cost`): facility energy plus completion time and the delay
     /// it imposes on waiting work at the job's exchange rate, in joules.
