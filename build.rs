@@ -22,6 +22,7 @@ fn main() {
     println!("cargo:rerun-if-env-changed=SLURM_INCLUDE_DIR");
     println!("cargo:rustc-check-cfg=cfg(slurm_headers)");
     println!("cargo:rustc-check-cfg=cfg(slurm_job_modify_err_msg)");
+    println!("cargo:rustc-check-cfg=cfg(slurm_desc_step_id)");
     // SLURM_INCLUDE_DIR names the Slurm to build against: only it is searched, so a wrong value
     // is an error an admin sees rather than a silent build against another Slurm.
     let dirs: Vec<PathBuf> = match std::env::var_os("SLURM_INCLUDE_DIR") {
@@ -51,6 +52,10 @@ fn main() {
                 // job_modify() gained `char **err_msg` in Slurm 23.02.
                 if number >= 0x17_02_00 {
                     println!("cargo:rustc-cfg=slurm_job_modify_err_msg");
+                }
+                // job_desc_msg_t's job_id became step_id.job_id in Slurm 26.05.
+                if number >= 0x1a_05_00 {
+                    println!("cargo:rustc-cfg=slurm_desc_step_id");
                 }
                 let out = PathBuf::from(std::env::var_os("OUT_DIR").unwrap_or_default());
                 let _ = std::fs::write(

@@ -82,7 +82,9 @@ cp /etc/resolv.conf "$root/etc/resolv.conf"
   grep -qw "$(hostname)" /etc/hosts 2>/dev/null || printf '127.0.1.1\t%s\n' "$(hostname)"
 } > "$root/etc/hosts"
 if [ ! -e "$root/.heshare-ready" ]; then
-  chroot "$root" /usr/bin/env DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null
+  # Unstable's Release file is valid for a week only; a mirror that is a little behind must not
+  # stop the build (the signatures are still checked).
+  chroot "$root" /usr/bin/env DEBIAN_FRONTEND=noninteractive apt-get -o Acquire::Check-Valid-Until=false update -q >/dev/null
   # shellcheck disable=SC2086 # a list of package names
   chroot "$root" /usr/bin/env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $packages >/dev/null
   touch "$root/.heshare-ready"

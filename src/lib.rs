@@ -7,6 +7,7 @@
 
 pub mod cli;
 pub mod cluster;
+pub mod command;
 pub mod config;
 pub mod logging;
 pub mod model;

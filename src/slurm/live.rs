@@ -753,7 +753,14 @@ fn apply(
     let rc = call(|| unsafe {
         let mut d: b::job_desc_msg_t = std::mem::zeroed();
         (client.init_desc)(&mut d);
-        d.job_id = job_id;
+        #[cfg(not(slurm_desc_step_id))]
+        {
+            d.job_id = job_id;
+        }
+        #[cfg(slurm_desc_step_id)]
+        {
+            d.step_id.job_id = job_id;
+        }
         if r.moved {
             d.features = features.as_ptr().cast_mut();
             d.prefer = prefer.as_ptr().cast_mut();
