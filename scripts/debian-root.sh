@@ -28,7 +28,7 @@ root=$cache/$release
 # HESHARE_ROOT_PACKAGES replaces the list: with "build-essential git procps ca-certificates" the
 # root is a fresh machine with a C toolchain only, as the README's Quick start starts from (use
 # its own HESHARE_ROOTS, so the cached roots keep their packages).
-packages=${HESHARE_ROOT_PACKAGES:-"slurm-wlm munge libslurm-dev libclang-dev build-essential git procps ca-certificates"}
+packages=${HESHARE_ROOT_PACKAGES:-"slurm-wlm slurmdbd mariadb-server munge libslurm-dev libclang-dev build-essential git procps ca-certificates"}
 
 mounts=()
 clone=""
@@ -81,12 +81,19 @@ cp /etc/resolv.conf "$root/etc/resolv.conf"
   grep -qw localhost /etc/hosts 2>/dev/null || printf '127.0.0.1\tlocalhost\n'
   grep -qw "$(hostname)" /etc/hosts 2>/dev/null || printf '127.0.1.1\t%s\n' "$(hostname)"
 } > "$root/etc/hosts"
-if [ ! -e "$root/.heshare-ready" ]; then
+# The packages the root lacks (all of them when it is new; those added to the list since).
+missing=()
+for pkg in $packages; do
+  chroot "$root" dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+if ((${#missing[@]})); then
   # Unstable's Release file is valid for a week only; a mirror that is a little behind must not
   # stop the build (the signatures are still checked).
   chroot "$root" /usr/bin/env DEBIAN_FRONTEND=noninteractive apt-get -o Acquire::Check-Valid-Until=false update -q >/dev/null
-  # shellcheck disable=SC2086 # a list of package names
-  chroot "$root" /usr/bin/env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $packages >/dev/null
+  # No daemon a package installs starts in the root (the tests start their own).
+  printf '#!/bin/sh\nexit 101\n' > "$root/usr/sbin/policy-rc.d"
+  chmod 0755 "$root/usr/sbin/policy-rc.d"
+  chroot "$root" /usr/bin/env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
   touch "$root/.heshare-ready"
 fi
 # The host's CA bundle (crates.io over TLS) and Rust toolchain, where rustup put them.

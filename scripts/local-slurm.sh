@@ -6,6 +6,7 @@
 #   scripts/local-slurm.sh stop  [DIR]   stop everything this script started, then remove DIR
 #   scripts/local-slurm.sh env   [DIR]   print the export line clients need (SLURM_CONF)
 #   scripts/local-slurm.sh restart-ctld [DIR]   stop slurmctld (SIGTERM) and start it on its state
+#   scripts/local-slurm.sh stop-dbd|start-dbd [DIR]   stop or start slurmdbd alone (HESHARE_SLURMDBD=1)
 #
 # DIR defaults to $HESHARE_SLURM_DIR or /tmp/heshare-slurm. Needs root (fake GPUs are device
 # nodes, slurmd runs as root) and Debian's slurm-wlm and munge packages. The nodes:
@@ -15,7 +16,7 @@
 # (slurmd refuses plain files); ports come from $HESHARE_SLURM_PORT (default 17817: slurmctld, +1..
 # for each slurmd). $HESHARE_SLURMCTLD_PARAMETERS, if set, becomes SlurmctldParameters=.
 # Priorities are priority/multifactor, recomputed every minute, which adds the site factor heshare
-# sets (the age and fair-share weights need slurmdbd, which this cluster does not run);
+# sets (the age and fair-share weights need slurmdbd, which this cluster runs only on request);
 # HESHARE_PRIORITY=basic gives Slurm's default instead.
 # With HESHARE_PLUGIN=path/to/libheshare.so the cluster loads it as job_submit/heshare, with
 # $HESHARE_CONFIG (default: the repository's slurm-conf/heshare.toml) as its configuration, and
@@ -27,6 +28,9 @@
 # HESHARE_OTHER_USER_SHARE=wait|time-slice sets the helper's [node] other_user_share.
 # HESHARE_MPS_CONTROL=program makes that program (copied to $DIR/lib, root-owned, 0755) the
 # helper's MPS control program: tests/fixtures/stand-in-mps-control where there is no driver.
+# With HESHARE_SLURMDBD=1 the cluster keeps accounting: a MariaDB server of its own (Debian's
+# mariadb-server, data under DIR/db, reached on a socket under DIR/run, no network) and slurmdbd
+# (port $HESHARE_SLURM_PORT+4), so that sacct and sacctmgr work against it.
 # HESHARE_SLURM_SHAPE=testsuite gives instead the cluster Slurm's own Python GRES tests ask for
 # (tests/features/gres: two nodes of 6 CPUs, each `Gres=gpu:1,mps:100` untyped, gres.conf
 # `Name=gpu File=/dev/tty0` and `Name=mps Count=100`), for scripts/slurm-regression.sh.
@@ -94,6 +98,75 @@ stop_munge() {
   flock -u 9
 }
 
+dbd=${HESHARE_SLURMDBD:-0}
+dbd_port=$((port + 4))
+
+accounting_lines() {
+  if [ "$dbd" = 1 ]; then
+    printf 'AccountingStorageType=accounting_storage/slurmdbd\nAccountingStorageHost=localhost\nAccountingStoragePort=%s\nJobAcctGatherType=jobacct_gather/none' "$dbd_port"
+  else
+    printf 'AccountingStorageType=accounting_storage/none'
+  fi
+}
+
+# Stops slurmdbd alone (SIGTERM): slurmctld keeps the jobs' records for it meanwhile.
+stop_slurmdbd() {
+  local pid
+  pid=$(head -n1 "$dir/run/slurmdbd.pid" 2>/dev/null) || die "no slurmdbd in $dir"
+  kill "$pid" 2>/dev/null || true
+  for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.1; done
+  die "slurmdbd $pid did not stop"
+}
+
+# MariaDB and slurmdbd for this cluster alone. slurmdbd reaches the server as root over the
+# socket (MariaDB's unix_socket authentication: no password anywhere); the MariaDB client library
+# in slurmdbd takes the socket from MYSQL_UNIX_PORT for StorageHost=localhost.
+start_dbd() {
+  command -v mariadbd >/dev/null && command -v mariadb-install-db >/dev/null \
+    || die "HESHARE_SLURMDBD=1 needs Debian's mariadb-server"
+  command -v slurmdbd >/dev/null && command -v sacctmgr >/dev/null \
+    || die "HESHARE_SLURMDBD=1 needs Debian's slurmdbd and slurm-client"
+  install -d -m 0700 "$dir/db"
+  install -d "$dir/run" "$dir/log"
+  mariadb-install-db --no-defaults --datadir="$dir/db" --user=root --skip-test-db \
+    > "$dir/log/mariadb-install.log" 2>&1 || die "mariadb-install-db failed (log: $dir/log/mariadb-install.log)"
+  setsid mariadbd --no-defaults --datadir="$dir/db" --socket="$dir/run/mysql.sock" --skip-networking \
+    --user=root --pid-file="$dir/run/mariadb.pid" --log-error="$dir/log/mariadb.log" \
+    --innodb-buffer-pool-size=16M < /dev/null > /dev/null 2>&1 &
+  local ok=0
+  for _ in $(seq 150); do [ -S "$dir/run/mysql.sock" ] && { ok=1; break; }; sleep 0.2; done
+  [ "$ok" -eq 1 ] || die "MariaDB did not start (log: $dir/log/mariadb.log)"
+  start_slurmdbd
+}
+
+start_slurmdbd() {
+  cat > "$dir/etc/slurmdbd.conf" <<DBD
+# Written by scripts/local-slurm.sh: this test cluster's accounting.
+AuthType=auth/munge
+DbdHost=localhost
+DbdPort=$dbd_port
+SlurmUser=root
+StorageType=accounting_storage/mysql
+StorageHost=localhost
+StorageUser=root
+StorageLoc=heshare_acct
+PidFile=$dir/run/slurmdbd.pid
+LogFile=$dir/log/slurmdbd.log
+DBD
+  chmod 0600 "$dir/etc/slurmdbd.conf"
+  # slurmdbd reads slurmdbd.conf beside $SLURM_CONF.
+  SLURM_CONF=$conf MYSQL_UNIX_PORT=$dir/run/mysql.sock slurmdbd
+  ok=0
+  for _ in $(seq 150); do
+    SLURM_CONF=$conf sacctmgr -n -P list cluster format=cluster >/dev/null 2>&1 && { ok=1; break; }
+    sleep 0.2
+  done
+  [ "$ok" -eq 1 ] || die "slurmdbd did not answer (log: $dir/log/slurmdbd.log)"
+  SLURM_CONF=$conf sacctmgr -n -P list cluster format=cluster | grep -qx heshare-local \
+    || SLURM_CONF=$conf sacctmgr -i add cluster heshare-local >/dev/null \
+    || die "sacctmgr could not add the cluster (log: $dir/log/slurmdbd.log)"
+}
+
 write_config() {
   install -d "$dir"/{etc,dev,log,run,state,spool}
   local i
@@ -123,7 +196,7 @@ GresTypes=gpu,mps,shard
 SchedulerType=sched/backfill
 ReturnToService=2
 JobCompType=jobcomp/none
-AccountingStorageType=accounting_storage/none
+$(accounting_lines)
 SlurmctldTimeout=30
 SlurmdTimeout=30
 InactiveLimit=0
@@ -258,6 +331,7 @@ start() {
   install -d "$dir/run"
   write_config
   start_munge
+  [ "$dbd" = 1 ] && start_dbd
   start_ctld -i
   local n
   for n in "${nodes[@]}"; do
@@ -282,7 +356,7 @@ start() {
 stop() {
   [ -d "$dir" ] || return 0
   local f pid
-  for f in "$dir"/run/slurmd-*.pid "$dir/run/slurmctld.pid"; do
+  for f in "$dir"/run/slurmd-*.pid "$dir/run/slurmctld.pid" "$dir/run/slurmdbd.pid" "$dir/run/mariadb.pid"; do
     [ -e "$f" ] || continue
     pid=$(head -n1 "$f")
     kill "$pid" 2>/dev/null || true
@@ -299,6 +373,8 @@ case "$cmd" in
   start) start ;;
   stop) stop ;;
   restart-ctld) restart_ctld ;;
+  stop-dbd) stop_slurmdbd ;;
+  start-dbd) [ "$dbd" = 1 ] || die "start-dbd: the cluster runs slurmdbd only with HESHARE_SLURMDBD=1"; start_slurmdbd ;;
   env) echo "export SLURM_CONF=$conf" ;;
-  *) die "usage: $0 start|stop|env|restart-ctld [DIR]" ;;
+  *) die "usage: $0 start|stop|env|restart-ctld|stop-dbd|start-dbd [DIR]" ;;
 esac

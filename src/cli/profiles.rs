@@ -106,6 +106,67 @@ pub fn learned_for(
     })
 }
 
+/// Writes the jobs' energy notes to slurmdbd (`slurm::dbd`), where the cluster has one; what it
+/// did, in lines for the update's output.
+fn energy_notes(store: &mut StoreFile, now: f64) -> Vec<String> {
+    use crate::slurm::dbd::{self, Accounting};
+    // The admin's SLURM_CONF names the cluster, as for any Slurm client; only an absolute path.
+    let slurm_conf = std::env::var_os("SLURM_CONF")
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute());
+    match Accounting::detect(slurm_conf) {
+        Ok(Accounting::Slurmdbd(d)) => {
+            store.accounting_storage = Some("accounting_storage/slurmdbd".into());
+            let p = dbd::publish(&d, &mut store.energy, now);
+            let mut lines = vec![format!(
+                "energy notes in slurmdbd: {} written, {} already there, {} waiting for their job \
+                 to finish in slurmdbd",
+                p.written, p.unchanged, p.waiting
+            )];
+            if !p.refused.is_empty() {
+                lines.push(format!(
+                    "energy notes not written for jobs {}: this Slurm's sacctmgr (before 23.02) \
+                     would lower-case or unquote their AdminComment; their energy is in \
+                     `heshare report`",
+                    p.refused.join(",")
+                ));
+            }
+            if !p.given_up.is_empty() {
+                lines.push(format!(
+                    "energy notes given up after {} days without slurmdbd taking them: jobs {}",
+                    dbd::GIVE_UP_S / 86_400.0,
+                    p.given_up.join(",")
+                ));
+            }
+            if let Some(e) = p.stopped {
+                lines.push(format!(
+                    "energy notes stopped, the rest wait for the next update: {e}"
+                ));
+            }
+            lines
+        }
+        Ok(Accounting::None(kind)) => {
+            store.energy.clear();
+            let first = store.accounting_storage.as_deref() != Some(kind.as_str());
+            store.accounting_storage = Some(kind.clone());
+            if first {
+                vec![format!(
+                    "energy notes: this cluster has no slurmdbd (AccountingStorageType={kind}), \
+                     so jobs' energy stays in heshare's records and `heshare report` (said once)"
+                )]
+            } else {
+                Vec::new()
+            }
+        }
+        Err(e) => {
+            store.energy.retain(|_, j| now - j.end_s < dbd::GIVE_UP_S);
+            vec![format!(
+                "energy notes wait for the next update: cannot ask slurmctld about accounting: {e}"
+            )]
+        }
+    }
+}
+
 pub fn run(out: &mut impl Write, cmd: &ProfilesCommand) -> Result<()> {
     match cmd {
         ProfilesCommand::Update { config, store } => {
@@ -121,7 +182,10 @@ pub fn run(out: &mut impl Write, cmd: &ProfilesCommand) -> Result<()> {
                     }
                 }
             };
-            let r = store::update(&cfg, &path, now_s(), &before_rename)?;
+            let now = now_s();
+            let mut said = Vec::new();
+            let mut notes = |store: &mut StoreFile| said = energy_notes(store, now);
+            let r = store::update_with(&cfg, &path, now, &before_rename, Some(&mut notes))?;
             let skipped: Vec<String> = r.skipped.iter().map(|(w, n)| format!("{n} {w}")).collect();
             writeln!(
                 out,
@@ -142,6 +206,9 @@ pub fn run(out: &mut impl Write, cmd: &ProfilesCommand) -> Result<()> {
                     String::new()
                 },
             )?;
+            for line in &said {
+                writeln!(out, "{line}")?;
+            }
             if r.unreadable_count > 0 {
                 eprintln!(
                     "heshare: {} lines were not records, e.g. {}",

@@ -22,6 +22,7 @@ use super::key::ProfileKey;
 use super::learn::{Book, LearnLimits, Observation, Outcome, Sample};
 use crate::config::Config;
 use crate::node::record::{Basis, Record, RecordKind};
+use crate::report::energy_note::JobEnergy;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::io::{BufRead, Read, Seek, SeekFrom, Write};
@@ -49,6 +50,14 @@ pub struct StoreFile {
     #[serde(default)]
     pub cursors: BTreeMap<String, Cursor>,
     pub book: Book,
+    /// Per job id: its energy, summed from the records read, until its note is in slurmdbd's
+    /// AdminComment (and a while after, for records that come late; `slurm::dbd`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub energy: BTreeMap<String, JobEnergy>,
+    /// The cluster's `AccountingStorageType` at the last update that could ask, so that a
+    /// cluster without slurmdbd is told so once, not on every update.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accounting_storage: Option<String>,
 }
 
 impl StoreFile {
@@ -59,6 +68,8 @@ impl StoreFile {
             updated_s: 0.0,
             cursors: BTreeMap::new(),
             book: Book::default(),
+            energy: BTreeMap::new(),
+            accounting_storage: None,
         }
     }
 }
@@ -335,6 +346,7 @@ fn read_log(
     book: &mut Book,
     limits: LearnLimits,
     report: &mut UpdateReport,
+    mut energy: Option<&mut BTreeMap<String, JobEnergy>>,
 ) -> Result<Cursor, StoreError> {
     use std::os::unix::fs::MetadataExt;
     let mut f = std::fs::File::open(log).map_err(io(log))?;
@@ -375,6 +387,12 @@ fn read_log(
             }
         };
         report.records += 1;
+        if let Some(notes) = energy.as_deref_mut()
+            && record.kind == RecordKind::Job
+            && !record.job_id.is_empty()
+        {
+            notes.entry(record.job_id.clone()).or_default().add(&record);
+        }
         let Some(obs) = observation(cfg, &record) else {
             continue;
         };
@@ -403,6 +421,19 @@ pub fn update(
     now_s: f64,
     before_rename: &dyn Fn(),
 ) -> Result<UpdateReport, StoreError> {
+    update_with(cfg, store_path, now_s, before_rename, None)
+}
+
+/// [`update`], and with `notes`, each job record's energy summed per job too, then `notes`
+/// called on the store (to write them to slurmdbd) before it is saved: a note written but not
+/// saved as written is found already there on the next update.
+pub fn update_with(
+    cfg: &Config,
+    store_path: &Path,
+    now_s: f64,
+    before_rename: &dyn Fn(),
+    mut notes: Option<&mut dyn FnMut(&mut StoreFile)>,
+) -> Result<UpdateReport, StoreError> {
     let _lock = lock(store_path)?;
     clean_temporaries(store_path);
     let mut store = load(store_path)?.unwrap_or_default();
@@ -422,6 +453,7 @@ pub fn update(
                 &mut store.book,
                 limits,
                 &mut report,
+                notes.is_some().then_some(&mut store.energy),
             )?;
             report.logs += 1;
             cursors.insert(key, c);
@@ -429,6 +461,9 @@ pub fn update(
     }
     store.cursors = cursors;
     store.updated_s = now_s;
+    if let Some(publish) = notes.as_mut() {
+        publish(&mut store);
+    }
     report.profiles = store.book.profiles.len();
     save(store_path, &store, before_rename)?;
     Ok(report)

@@ -2,6 +2,7 @@
 //! shows. Pure string building, so the simulator and the accounting reports share it.
 
 pub mod accounting;
+pub mod energy_note;
 
 use std::fmt::Write;
 

@@ -99,12 +99,13 @@ impl Cluster {
             "node-users-wait" => 35,
             "priority" => 40,
             "profiles" => 45,
+            "accounting" => 50,
             _ => 20,
         };
-        // Each cluster takes five ports (slurmctld and three slurmd, one spare), all below
-        // Linux's ephemeral range (32768 and up), where a client connection of the tests
-        // themselves could hold the port a slurmd is about to bind.
-        let port = (20_000 + (pid % 250) * 50 + offset).to_string();
+        // Each cluster takes five ports (slurmctld, three slurmd, slurmdbd where it runs one),
+        // all below Linux's ephemeral range (32768 and up), where a client connection of the
+        // tests themselves could hold the port a slurmd is about to bind.
+        let port = (20_000 + (pid % 200) * 60 + offset).to_string();
         let c = Cluster {
             dir,
             script,
@@ -257,6 +258,18 @@ impl Cluster {
 
     pub fn stop(&self) {
         let _ = self.script_cmd("stop");
+    }
+
+    /// Runs one of local-slurm.sh's commands on this cluster (e.g. `stop-dbd`), which must
+    /// succeed.
+    pub fn script(&self, what: &str) {
+        let o = self.script_cmd(what);
+        assert!(
+            o.status.success(),
+            "{what}: {}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
     }
 }
 
