@@ -92,7 +92,8 @@ stop_munge() {
   flock 9
   rm -f "$munge_users/$(echo "$dir" | md5sum | cut -c1-16)"
   if [ -e "$munge_users/.started-by-heshare" ] && [ -z "$(ls "$munge_users")" ]; then
-    pkill -x munged 2>/dev/null || true
+    # By its pid file, not by name: a munged of another root on this machine is not ours.
+    [ -s /run/munge/munged.pid ] && kill "$(cat /run/munge/munged.pid)" 2>/dev/null || true
     rm -f "$munge_users/.started-by-heshare"
   fi
   flock -u 9
