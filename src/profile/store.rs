@@ -51,13 +51,60 @@ pub struct StoreFile {
     pub cursors: BTreeMap<String, Cursor>,
     pub book: Book,
     /// Per job id: its energy, summed from the records read, until its note is in slurmdbd's
-    /// AdminComment (and a while after, for records that come late; `slurm::dbd`).
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    /// AdminComment (and a while after, for records that come late; `slurm::dbd`). Kept in a
+    /// file of its own beside the store ([`energy_path`]): slurmctld loads the store whole, and
+    /// a day of jobs' notes is nothing it needs.
+    #[serde(skip)]
     pub energy: BTreeMap<String, JobEnergy>,
     /// The cluster's `AccountingStorageType` at the last update that could ask, so that a
-    /// cluster without slurmdbd is told so once, not on every update.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// cluster without slurmdbd is told so once, not on every update (in the same file).
+    #[serde(skip)]
     pub accounting_storage: Option<String>,
+}
+
+pub const ENERGY_FORMAT: &str = "heshare-energy-notes";
+
+/// The energy notes' file as written.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct EnergyFile {
+    format: String,
+    version: u32,
+    #[serde(default)]
+    accounting_storage: Option<String>,
+    #[serde(default)]
+    jobs: BTreeMap<String, JobEnergy>,
+}
+
+/// Where the update keeps the jobs' energy notes: `STORE.energy` beside the store.
+pub fn energy_path(store: &Path) -> PathBuf {
+    let mut name = store.file_name().unwrap_or_default().to_owned();
+    name.push(".energy");
+    store.with_file_name(name)
+}
+
+/// Reads the notes into `store` (none yet: empty).
+fn load_energy(path: &Path, store: &mut StoreFile) -> Result<(), StoreError> {
+    let bytes = match std::fs::read(path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(io(path)(e)),
+    };
+    let f: EnergyFile = serde_json::from_slice(&bytes).map_err(|e| StoreError::Corrupt {
+        path: path.to_owned(),
+        message: e.to_string(),
+    })?;
+    if f.format != ENERGY_FORMAT || f.version != VERSION {
+        return Err(StoreError::Corrupt {
+            path: path.to_owned(),
+            message: format!(
+                "format {} version {}; this heshare reads {ENERGY_FORMAT} version {VERSION}",
+                f.format, f.version
+            ),
+        });
+    }
+    store.energy = f.jobs;
+    store.accounting_storage = f.accounting_storage;
+    Ok(())
 }
 
 impl StoreFile {
@@ -142,14 +189,24 @@ pub fn parse(bytes: &[u8], path: &Path) -> Result<StoreFile, StoreError> {
 /// between the two (a test kills the process there). Mode 0644: profiles name uids, job-name
 /// stems and script fingerprints, which Slurm shows every user of its own accord.
 pub fn save(path: &Path, store: &StoreFile, before_rename: &dyn Fn()) -> Result<(), StoreError> {
+    let bytes = serde_json::to_vec(store).map_err(|e| io(path)(std::io::Error::other(e)))?;
+    replace(path, &bytes, 0o644, before_rename)
+}
+
+/// `bytes` as the whole of `path`, by a synced temporary renamed over it.
+fn replace(
+    path: &Path,
+    bytes: &[u8],
+    mode: u32,
+    before_rename: &dyn Fn(),
+) -> Result<(), StoreError> {
     let dir = path.parent().unwrap_or(Path::new("."));
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let bytes = serde_json::to_vec(store).map_err(|e| io(path)(std::io::Error::other(e)))?;
-    let (mut f, tmp) = crate::node::secure::create_temp(dir, &name, 0o644).map_err(io(path))?;
-    let written = f.write_all(&bytes).and_then(|()| f.sync_all());
+    let (mut f, tmp) = crate::node::secure::create_temp(dir, &name, mode).map_err(io(path))?;
+    let written = f.write_all(bytes).and_then(|()| f.sync_all());
     if let Err(e) = written {
         let _ = std::fs::remove_file(&tmp);
         return Err(io(path)(e));
@@ -424,9 +481,10 @@ pub fn update(
     update_with(cfg, store_path, now_s, before_rename, None)
 }
 
-/// [`update`], and with `notes`, each job record's energy summed per job too, then `notes`
-/// called on the store (to write them to slurmdbd) before it is saved: a note written but not
-/// saved as written is found already there on the next update.
+/// [`update`], and with `notes`, each job record's energy summed per job too (in the notes'
+/// file, [`energy_path`]), then `notes` called on the store (to write them to slurmdbd) before
+/// both are saved: a note written but not saved as written is found already there on the next
+/// update.
 pub fn update_with(
     cfg: &Config,
     store_path: &Path,
@@ -437,6 +495,11 @@ pub fn update_with(
     let _lock = lock(store_path)?;
     clean_temporaries(store_path);
     let mut store = load(store_path)?.unwrap_or_default();
+    let notes_path = energy_path(store_path);
+    if notes.is_some() {
+        clean_temporaries(&notes_path);
+        load_energy(&notes_path, &mut store)?;
+    }
     let mut report = UpdateReport::default();
     let limits = cfg.profiles.learn_limits();
     let mut cursors = BTreeMap::new();
@@ -463,6 +526,17 @@ pub fn update_with(
     store.updated_s = now_s;
     if let Some(publish) = notes.as_mut() {
         publish(&mut store);
+        // Before the store: killed between the two, the logs are read again from the old
+        // cursors, and a record already summed counts once (its id).
+        let f = EnergyFile {
+            format: ENERGY_FORMAT.into(),
+            version: VERSION,
+            accounting_storage: store.accounting_storage.clone(),
+            jobs: std::mem::take(&mut store.energy),
+        };
+        let bytes =
+            serde_json::to_vec(&f).map_err(|e| io(&notes_path)(std::io::Error::other(e)))?;
+        replace(&notes_path, &bytes, 0o600, &|| {})?;
     }
     report.profiles = store.book.profiles.len();
     save(store_path, &store, before_rename)?;
@@ -534,6 +608,38 @@ mod tests {
         for r in records {
             writeln!(f, "{}", serde_json::to_string(r).expect("json")).expect("write");
         }
+    }
+
+    #[test]
+    fn energy_notes_live_beside_the_store_and_a_record_read_again_counts_once() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let cfg = cfg(dir.path());
+        let store = dir.path().join("profiles.json");
+        let log = dir.path().join("acct/n1.jsonl");
+        append(&log, &[record("a", 1000, "0:0")]);
+        let mut seen = Vec::new();
+        let mut notes = |s: &mut StoreFile| {
+            seen.push(s.energy.get("7").map(|e| e.energy_j));
+        };
+        update_with(&cfg, &store, 1.0, &|| {}, Some(&mut notes)).expect("update");
+        // The log rotated (read again from its start): the record is in the sum once.
+        std::fs::remove_file(&log).expect("rm");
+        append(&log, &[record("a", 1000, "0:0"), record("b", 1000, "0:0")]);
+        update_with(&cfg, &store, 2.0, &|| {}, Some(&mut notes)).expect("update");
+        assert_eq!(seen, [Some(300_000.0), Some(600_000.0)]);
+        let text = std::fs::read_to_string(&store).expect("store");
+        assert!(
+            !text.contains("energy_j"),
+            "the store slurmctld loads holds no notes"
+        );
+        let notes_text = std::fs::read_to_string(energy_path(&store)).expect("notes");
+        assert!(notes_text.contains(ENERGY_FORMAT), "{notes_text}");
+        // Without notes asked for, the update leaves their file alone.
+        update(&cfg, &store, 3.0, &|| {}).expect("update");
+        assert_eq!(
+            std::fs::read_to_string(energy_path(&store)).expect("notes"),
+            notes_text
+        );
     }
 
     #[test]
