@@ -137,6 +137,13 @@ start_dbd() {
   local ok=0
   for _ in $(seq 150); do [ -S "$dir/run/mysql.sock" ] && { ok=1; break; }; sleep 0.2; done
   [ "$ok" -eq 1 ] || die "MariaDB did not start (log: $dir/log/mariadb.log)"
+  # The database exists before slurmdbd first connects. slurmdbd otherwise connects, is told the
+  # database is missing, creates it and connects again on the same handle, and with the client
+  # library of MariaDB 11.8.9 (Debian 13 and unstable) that second connection refuses every
+  # result ("Number of columns in result (=1) set exceeds maximum allowed number of columns
+  # (=0)"): slurmdbd 24.11 and 26.05 then stop at their first query.
+  mariadb --no-defaults --socket="$dir/run/mysql.sock" -u root -e "CREATE DATABASE IF NOT EXISTS heshare_acct" \
+    || die "cannot create the accounting database (log: $dir/log/mariadb.log)"
   start_slurmdbd
 }
 
