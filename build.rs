@@ -68,8 +68,14 @@ fn main() {
                 // The shim is the only code that knows job_desc_msg_t's layout: compile it
                 // against these very headers.
                 println!("cargo:rerun-if-changed=c_shim/heshare_shim.c");
+                println!("cargo:rerun-if-changed=c_shim/heshare_dbd.c");
+                println!(
+                    "cargo:rustc-env=HESHARE_LIBSLURM={}",
+                    libslurm(dir).unwrap_or_else(|| "libslurm.so".into())
+                );
                 cc::Build::new()
                     .file("c_shim/heshare_shim.c")
+                    .file("c_shim/heshare_dbd.c")
                     .include(dir)
                     .warnings(true)
                     .compile("heshare_shim");
@@ -90,6 +96,25 @@ fn main() {
             .collect::<Vec<_>>()
             .join(", ")
     );
+}
+
+/// The runtime name (soname) of the libslurm beside these headers, e.g. `libslurm.so.38` for
+/// Debian 12's `/usr/lib/x86_64-linux-gnu/libslurm.so -> libslurm.so.38.0.0`: what the
+/// accounting writer opens, which needs no development package where heshare runs.
+fn libslurm(include: &std::path::Path) -> Option<String> {
+    let prefix = include.parent()?;
+    let mut dirs = vec![prefix.join("lib"), prefix.join("lib64")];
+    if let Ok(entries) = std::fs::read_dir(prefix.join("lib")) {
+        dirs.extend(entries.filter_map(Result::ok).map(|e| e.path()));
+    }
+    dirs.iter().find_map(|d| {
+        let real = std::fs::canonicalize(d.join("libslurm.so")).ok()?;
+        let name = real.file_name()?.to_str()?.to_owned();
+        // libslurm.so.38.0.0 -> libslurm.so.38
+        let mut parts = name.splitn(4, '.');
+        let (a, b, c) = (parts.next()?, parts.next()?, parts.next()?);
+        Some(format!("{a}.{b}.{c}"))
+    })
 }
 
 /// Asks cargo to re-run this script when headers under `dir` appear, disappear or change (see

@@ -73,6 +73,15 @@ enum Command {
     /// Profiles learned from the accounting records: update the store, list, show, forget.
     #[command(subcommand)]
     Profiles(profiles::ProfilesCommand),
+    /// Internal to `profiles update`: set a finished job's AdminComment in slurmdbd to the text
+    /// on standard input through libslurm (exit 0: set; 3: no such job).
+    #[command(hide = true)]
+    DbdAdminComment {
+        #[arg(long)]
+        cluster: String,
+        #[arg(long)]
+        job: u32,
+    },
 }
 
 #[derive(clap::Args, Debug)]
@@ -200,6 +209,7 @@ pub fn main() -> ExitCode {
         Command::Node(cmd) => node::node(&mut out, &cmd),
         Command::Report(args) => report::run(&mut out, &args),
         Command::Profiles(cmd) => profiles::run(&mut out, &cmd),
+        Command::DbdAdminComment { cluster, job } => dbd_admin_comment(&cluster, job),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -517,4 +527,17 @@ fn print_plan(out: &mut impl Write, plan: &Plan, label: &str) -> std::io::Result
         d.site_factor
     )?;
     writeln!(out, "reason:   {}", d.reason)
+}
+
+/// `heshare dbd-admin-comment`: the child process `slurm::dbd` runs where sacctmgr would rewrite
+/// the text.
+fn dbd_admin_comment(cluster: &str, job: u32) -> Result<()> {
+    use std::io::Read;
+    let mut text = String::new();
+    std::io::stdin().read_to_string(&mut text)?;
+    match crate::slurm::dbd::set_through_libslurm(cluster, job, &text) {
+        Ok(true) => Ok(()),
+        Ok(false) => Err(anyhow::Error::new(Exit(3))),
+        Err(e) => Err(anyhow::anyhow!("job {job}: {e}")),
+    }
 }

@@ -123,12 +123,10 @@ fn energy_notes(store: &mut StoreFile, now: f64) -> Vec<String> {
                  to finish in slurmdbd",
                 p.written, p.unchanged, p.waiting
             )];
-            if !p.refused.is_empty() {
+            for (job, why) in &p.refused {
                 lines.push(format!(
-                    "energy notes not written for jobs {}: this Slurm's sacctmgr (before 23.02) \
-                     would lower-case or unquote their AdminComment; their energy is in \
-                     `heshare report`",
-                    p.refused.join(",")
+                    "energy note not written for job {job}: its AdminComment could not be \
+                     stored as written ({why}); its energy is in `heshare report`"
                 ));
             }
             if !p.given_up.is_empty() {

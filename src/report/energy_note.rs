@@ -118,17 +118,6 @@ pub fn parse(text: &str) -> Option<Vec<(String, String)>> {
     )
 }
 
-/// What Slurm before 23.02 makes of an AdminComment given to `sacctmgr modify job`: lower case,
-/// quotes turned into backquotes (its `strip_quotes`; SchedMD bug 14338, fixed in 23.02).
-pub fn as_old_sacctmgr_stores(text: &str) -> String {
-    text.chars()
-        .map(|c| match c {
-            '"' | '\'' => '`',
-            c => c.to_ascii_lowercase(),
-        })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -213,11 +202,6 @@ mod tests {
             .map(|(k, v)| (k.to_owned(), v.to_owned()))
         );
         assert_eq!(parse(decided), None);
-    }
-
-    #[test]
-    fn old_sacctmgr_lowercases_and_unquotes() {
-        assert_eq!(as_old_sacctmgr_stores("A \"b\" 'C'"), "a `b` `c`");
     }
 
     proptest! {

@@ -1,9 +1,11 @@
 //! Slurm's accounting database, through Slurm's own clients: whether the cluster keeps one
 //! (`scontrol show config`), a finished job's state and AdminComment (`sacct`), and writing the
-//! AdminComment (`sacctmgr modify job`, the only way to change a job slurmctld has forgotten).
-//! The clients run as [`crate::command::run`] runs programs: no shell, a fixed `PATH`, an
-//! environment of `SLURM_CONF` alone, a deadline. What to write comes from
-//! `report::energy_note`; this module only carries it.
+//! AdminComment, which only the accounting API can change once slurmctld has forgotten the job:
+//! `sacctmgr modify job` from Slurm 23.02, and before it libslurm's `slurmdb_job_modify` called
+//! from `c_shim/heshare_dbd.c` in a child process (`heshare dbd-admin-comment`), since 22.05's
+//! sacctmgr stores the text in lower case. The clients run as [`crate::command::run`] runs
+//! programs: no shell, a fixed `PATH`, an environment of `SLURM_CONF` alone, a deadline. What to
+//! write comes from `report::energy_note`; this module only carries it.
 
 use crate::command::{self, CommandError};
 use crate::report::energy_note::{self, JobEnergy};
@@ -36,12 +38,15 @@ pub enum DbdError {
     },
 }
 
-/// The Slurm clients, and how this Slurm's `sacctmgr` stores an AdminComment.
+/// The Slurm clients, and how this Slurm's AdminComment is written.
 #[derive(Debug, Clone)]
 pub struct Dbd {
     slurm_conf: Option<PathBuf>,
-    /// Slurm before 23.02 lowercases what `sacctmgr modify job` is given.
+    /// Slurm before 23.02 lowercases what `sacctmgr modify job` is given: written through
+    /// libslurm instead.
     lowercases: bool,
+    /// `ClusterName`, which the accounting API asks for.
+    cluster: String,
 }
 
 /// What the accounting database says of one job.
@@ -66,7 +71,9 @@ pub enum Accounting {
 
 impl PartialEq for Dbd {
     fn eq(&self, other: &Self) -> bool {
-        self.slurm_conf == other.slurm_conf && self.lowercases == other.lowercases
+        self.slurm_conf == other.slurm_conf
+            && self.lowercases == other.lowercases
+            && self.cluster == other.cluster
     }
 }
 
@@ -118,12 +125,15 @@ impl Accounting {
     /// `slurm_conf` is the `SLURM_CONF` the clients get (none: Slurm's default).
     pub fn detect(slurm_conf: Option<PathBuf>) -> Result<Accounting, DbdError> {
         let config = client(slurm_conf.as_ref(), "scontrol", &["show", "config"])?;
-        let storage = config
-            .lines()
-            .filter_map(|l| l.split_once('='))
-            .find(|(k, _)| k.trim() == "AccountingStorageType")
-            .map(|(_, v)| v.trim().to_owned())
-            .unwrap_or_default();
+        let field = |name: &str| {
+            config
+                .lines()
+                .filter_map(|l| l.split_once('='))
+                .find(|(k, _)| k.trim() == name)
+                .map(|(_, v)| v.trim().to_owned())
+                .unwrap_or_default()
+        };
+        let storage = field("AccountingStorageType");
         if storage != "accounting_storage/slurmdbd" {
             return Ok(Accounting::None(storage));
         }
@@ -132,6 +142,7 @@ impl Accounting {
         Ok(Accounting::Slurmdbd(Dbd {
             slurm_conf,
             lowercases,
+            cluster: field("ClusterName"),
         }))
     }
 }
@@ -175,29 +186,49 @@ impl Dbd {
         })
     }
 
-    /// What `sacctmgr modify job` would store of `text` here: quotes always become backquotes,
-    /// and before 23.02 everything becomes lower case.
-    pub fn as_stored(&self, text: &str) -> String {
-        let unquoted: String = text
-            .chars()
-            .map(|c| if c == '"' || c == '\'' { '`' } else { c })
-            .collect();
-        if self.lowercases {
-            energy_note::as_old_sacctmgr_stores(&unquoted)
+    /// Why `text` cannot be stored as it is, if it cannot: sacctmgr turns quotes into
+    /// backquotes, and slurmdbd puts the text between quotes in its SQL without escaping it, so
+    /// a quote would end it and a backslash would be read as an escape.
+    pub fn unstorable(text: &str) -> Option<&'static str> {
+        if text.contains(['\'', '"']) {
+            Some("it holds a quote, which Slurm's accounting does not store as written")
+        } else if text.contains('\\') {
+            Some("it holds a backslash, which slurmdbd's database reads as an escape")
         } else {
-            unquoted
+            None
         }
     }
 
     /// Writes `text` as the job's AdminComment and reads it back.
     pub fn set_admin_comment(&self, job: &str, text: &str) -> Result<(), DbdError> {
-        let set = format!("AdminComment={text}");
-        let jobid = format!("jobid={job}");
-        client(
-            self.slurm_conf.as_ref(),
-            "sacctmgr",
-            &["-i", "modify", "job", "where", &jobid, "set", &set],
-        )?;
+        if self.lowercases {
+            let exe = std::env::current_exe().map_err(|source| CommandError::Spawn {
+                program: "heshare".into(),
+                source,
+            })?;
+            command::run(
+                &exe,
+                &[
+                    "dbd-admin-comment",
+                    "--cluster",
+                    &self.cluster,
+                    "--job",
+                    job,
+                ],
+                &env(self.slurm_conf.as_ref()),
+                Some(text),
+                CLIENT_TIMEOUT,
+                false,
+            )?;
+        } else {
+            let set = format!("AdminComment={text}");
+            let jobid = format!("jobid={job}");
+            client(
+                self.slurm_conf.as_ref(),
+                "sacctmgr",
+                &["-i", "modify", "job", "where", &jobid, "set", &set],
+            )?;
+        }
         match self.job(job)? {
             JobInDb::Finished { admin_comment } if admin_comment == text => Ok(()),
             other => Err(DbdError::NotStored {
@@ -213,6 +244,56 @@ impl Dbd {
     }
 }
 
+/// Sets job `job`'s AdminComment through libslurm's accounting API (`c_shim/heshare_dbd.c`):
+/// `Ok(false)` when slurmdbd has no such job. Runs in `heshare dbd-admin-comment`, a child of
+/// the update: libslurm may end the process on a configuration it cannot read.
+#[cfg(slurm_headers)]
+pub fn set_through_libslurm(cluster: &str, job: u32, text: &str) -> Result<bool, String> {
+    use std::ffi::{CString, c_char, c_int};
+    unsafe extern "C" {
+        fn hs_dbd_set_admin_comment(
+            libslurm: *const c_char,
+            cluster: *const c_char,
+            job_id: u32,
+            text: *const c_char,
+            err: *mut c_char,
+            errlen: usize,
+        ) -> c_int;
+    }
+    let nul =
+        |what: &str, s: &str| CString::new(s).map_err(|_| format!("the {what} holds a NUL byte"));
+    let lib = nul("library name", env!("HESHARE_LIBSLURM"))?;
+    let cluster = nul("cluster name", cluster)?;
+    let text = nul("AdminComment", text)?;
+    let mut err = vec![0u8; 512];
+    // SAFETY: NUL-terminated strings that outlive the call, and a buffer of the length given,
+    // which the shim writes a NUL-terminated message into.
+    let rc = unsafe {
+        hs_dbd_set_admin_comment(
+            lib.as_ptr(),
+            cluster.as_ptr(),
+            job,
+            text.as_ptr(),
+            err.as_mut_ptr().cast(),
+            err.len(),
+        )
+    };
+    match rc {
+        0 => Ok(true),
+        1 => Ok(false),
+        _ => {
+            let end = err.iter().position(|&b| b == 0).unwrap_or(err.len());
+            Err(String::from_utf8_lossy(&err[..end]).into_owned())
+        }
+    }
+}
+
+/// Without Slurm's headers at build time there is no accounting API to call.
+#[cfg(not(slurm_headers))]
+pub fn set_through_libslurm(_cluster: &str, _job: u32, _text: &str) -> Result<bool, String> {
+    Err("this heshare was built without Slurm's headers (libslurm-dev)".into())
+}
+
 /// What one round of writing notes did.
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct Published {
@@ -221,9 +302,9 @@ pub struct Published {
     pub unchanged: usize,
     /// Jobs slurmdbd does not know yet, or whose record may still change: tried next update.
     pub waiting: usize,
-    /// Jobs whose AdminComment this Slurm's sacctmgr would alter (its text in upper case or
-    /// quoted, before 23.02): not written, named.
-    pub refused: Vec<String>,
+    /// Jobs whose AdminComment Slurm's accounting would not store as written (a quote or a
+    /// backslash in it), with why: not written, named.
+    pub refused: Vec<(String, &'static str)>,
     /// Notes given up after [`GIVE_UP_S`].
     pub given_up: Vec<String>,
     /// The first error that stopped the round (slurmdbd down): the rest wait for the next.
@@ -257,8 +338,8 @@ pub fn publish(dbd: &Dbd, notes: &mut BTreeMap<String, JobEnergy>, now_s: f64) -
             e.written_s = Some(now_s);
             continue;
         };
-        if dbd.as_stored(&text) != text {
-            p.refused.push(job.clone());
+        if let Some(why) = Dbd::unstorable(&text) {
+            p.refused.push((job.clone(), why));
             e.written_s = Some(now_s);
             continue;
         }
@@ -293,17 +374,13 @@ mod tests {
     }
 
     #[test]
-    fn what_sacctmgr_stores_depends_on_its_release() {
-        let old = Dbd {
-            slurm_conf: None,
-            lowercases: true,
-        };
-        let new = Dbd {
-            slurm_conf: None,
-            lowercases: false,
-        };
-        assert_eq!(old.as_stored("A 'b'"), "a `b`");
-        assert_eq!(new.as_stored("A 'b'"), "A `b`");
-        assert_eq!(new.as_stored("heshare: 1.1 kJ"), "heshare: 1.1 kJ");
+    fn text_slurmdbd_would_not_store_as_written_is_named() {
+        assert_eq!(
+            Dbd::unstorable("heshare: type=a100 1.1 kJ at 1410 MHz"),
+            None
+        );
+        assert!(Dbd::unstorable("ops: 'checked'").is_some());
+        assert!(Dbd::unstorable("say \"hi\"").is_some());
+        assert!(Dbd::unstorable("path C:\\x").is_some());
     }
 }
