@@ -23,6 +23,9 @@ fi
 command -v dpkg-source >/dev/null || die "dpkg-source missing: install dpkg-dev"
 . /etc/os-release
 codename=${VERSION_CODENAME:?no VERSION_CODENAME in /etc/os-release}
+# Unstable names the next release as its codename ("forky/sid" in /etc/debian_version), but its
+# packages, and their sources, are in sid.
+case "$(cat /etc/debian_version 2>/dev/null)" in */sid) codename=sid ;; esac
 mkdir -p "$dir/apt/lists/partial"
 dir=$(cd "$dir" && pwd)
 tree="$dir/slurm-wlm-$upstream"
@@ -30,7 +33,10 @@ cat > "$dir/apt/sources.list" <<LIST
 deb-src http://deb.debian.org/debian $codename main
 LIST
 apt_opts=(-o "Dir::Etc::SourceList=$dir/apt/sources.list" -o Dir::Etc::SourceParts=/dev/null
-  -o "Dir::State::Lists=$dir/apt/lists" -o APT::Sandbox::User=root)
+  -o "Dir::State::Lists=$dir/apt/lists" -o APT::Sandbox::User=root
+  # Unstable's Release file is valid for a week only; a mirror a little behind must not stop
+  # this (the signatures are still checked).
+  -o Acquire::Check-Valid-Until=false)
 apt-get "${apt_opts[@]}" -q update >&2 || die "apt-get update of the deb-src list failed"
 rm -rf "$tree"
 if (cd "$dir" && apt-get "${apt_opts[@]}" -q source --download-only "slurm-wlm=$version" >&2); then
