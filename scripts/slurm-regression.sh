@@ -25,6 +25,7 @@
 # printed directory when a test differs, or with HESHARE_REGRESSION_KEEP=1.
 # HESHARE_REGRESSION_ONLY="expect:test39.3 testsuite:tests/test_x.py" runs only those tests (the
 # keys a differing test is printed with), to look into one difference without the whole suite.
+# Exit 3: the Debian archive lists the installed Slurm but carries no source of it (nothing run).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 case ${1:-} in
@@ -34,7 +35,15 @@ esac
 case $what in gres|all) ;; *) echo "unknown suite: $what (gres or all)" >&2; exit 2 ;; esac
 if [ -z "$src" ]; then
   cache=${HESHARE_SLURM_SOURCE_CACHE:-/var/cache/heshare-slurm-source}
-  src=$(bash scripts/slurm-source.sh "$cache") || { echo "cannot fetch Slurm's source" >&2; exit 2; }
+  rc=0
+  src=$(bash scripts/slurm-source.sh "$cache") || rc=$?
+  case $rc in
+    0) ;;
+    # The archive lists the installed Slurm but carries no source of it: its own tests cannot
+    # be run, which is said, not failed (exit 3; .ci/run reports it and goes on).
+    3) echo "slurm-regression: NOT RUN: no source of the installed Slurm on this Debian archive" >&2; exit 3 ;;
+    *) echo "cannot fetch Slurm's source" >&2; exit 2 ;;
+  esac
 fi
 src=$(cd "$src" && pwd) || exit 2
 [ -d "$src/testsuite/python/tests" ] || { echo "$src/testsuite/python/tests: not a Slurm source tree" >&2; exit 2; }

@@ -2,7 +2,8 @@
 # Fetches and unpacks Debian's source package of the installed Slurm (slurm-wlm), Debian's
 # patches applied, for its regression suite (testsuite/): what scripts/slurm-regression.sh runs.
 #
-#   scripts/slurm-source.sh DIR      prints the unpacked tree's path (DIR/slurm-wlm-VERSION)
+#   scripts/slurm-source.sh DIR      prints the unpacked tree's path (DIR/slurm-wlm-VERSION);
+#                                    exit 3 when the archive does not carry that source
 #
 # The version is the installed package's, so the tests match the daemons under test; the
 # release is this machine's (/etc/os-release). apt reads a deb-src list of its own (the system's
@@ -46,7 +47,8 @@ else
   # A mirror may list a stable update's source without carrying its .dsc and Debian diff; the
   # upstream tarball, which apt fetched, holds the same testsuite/ (Debian's patches leave it).
   orig=$(ls "$dir/slurm-wlm_$upstream".orig.tar.* 2>/dev/null | head -n1)
-  [ -n "$orig" ] || die "cannot download the source of slurm-wlm $version from $codename"
+  # Exit 3: the archive lists this Slurm but does not carry its source (a partial mirror).
+  [ -n "$orig" ] || { echo "slurm-source: the archive ($codename) carries no source of slurm-wlm $version" >&2; exit 3; }
   echo "slurm-source: no Debian source package of $version here; using the upstream $(basename "$orig")" >&2
   mkdir -p "$tree"
   tar -xf "$orig" -C "$tree" --strip-components=1 || die "cannot unpack $orig"
