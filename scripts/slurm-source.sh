@@ -46,7 +46,7 @@ if (cd "$dir" && apt-get "${apt_opts[@]}" -q source --download-only "slurm-wlm=$
 else
   # A mirror may list a stable update's source without carrying its .dsc and Debian diff; the
   # upstream tarball, which apt fetched, holds the same testsuite/ (Debian's patches leave it).
-  orig=$(ls "$dir/slurm-wlm_$upstream".orig.tar.* 2>/dev/null | head -n1)
+  orig=$(ls "$dir/slurm-wlm_$upstream".orig.tar.* 2>/dev/null | head -n1 || true)
   # Exit 3: the archive lists this Slurm but does not carry its source (a partial mirror).
   [ -n "$orig" ] || { echo "slurm-source: the archive ($codename) carries no source of slurm-wlm $version" >&2; exit 3; }
   echo "slurm-source: no Debian source package of $version here; using the upstream $(basename "$orig")" >&2
