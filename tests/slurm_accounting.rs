@@ -51,14 +51,6 @@ fn energy_of(comment: &str) -> Option<f64> {
         .and_then(|(_, v)| v.parse().ok())
 }
 
-fn records(c: &Cluster) -> Vec<Value> {
-    std::fs::read_to_string(c.dir.join("log/accounting.jsonl"))
-        .unwrap_or_default()
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("one JSON record per line"))
-        .collect()
-}
-
 #[test]
 fn two_jobs_sharing_a_gpu_find_their_energy_in_sacct_once_and_a_missing_slurmdbd_costs_nothing() {
     let plugin = plugin_path();
@@ -106,7 +98,7 @@ fn two_jobs_sharing_a_gpu_find_their_energy_in_sacct_once_and_a_missing_slurmdbd
     }
     let deadline = Instant::now() + Duration::from_secs(20);
     let recs = loop {
-        let r = records(&c);
+        let r = c.records();
         if r.iter().filter(|r| r["kind"] == "job").count() >= 2 {
             break r;
         }
@@ -197,12 +189,7 @@ fn two_jobs_sharing_a_gpu_find_their_energy_in_sacct_once_and_a_missing_slurmdbd
     );
     // The two notes add up to what their GPU's counter gained while they held it: the counter
     // over its whole life less what it drew idle.
-    let o = Command::new(env!("CARGO_BIN_EXE_heshare"))
-        .args(["node", "status", "--node", "ht4", "--json"])
-        .env("HESHARE_CONFIG", c.dir.join("etc/heshare-node.toml"))
-        .output()
-        .expect("runs");
-    let st: Value = serde_json::from_slice(&o.stdout).expect("status JSON");
+    let st = c.node_status("ht4");
     let g = st["gpus"]
         .as_array()
         .expect("gpus")

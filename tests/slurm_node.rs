@@ -9,28 +9,6 @@ use serde_json::Value;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-fn helper(c: &Cluster, args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_heshare"))
-        .args(args)
-        .env("HESHARE_CONFIG", c.dir.join("etc/heshare-node.toml"))
-        .output()
-        .expect("heshare runs")
-}
-
-fn status(c: &Cluster, node: &str) -> Value {
-    let o = helper(c, &["node", "status", "--node", node, "--json"]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    serde_json::from_slice(&o.stdout).expect("status JSON")
-}
-
-fn records(c: &Cluster) -> Vec<Value> {
-    std::fs::read_to_string(c.dir.join("log/accounting.jsonl"))
-        .unwrap_or_default()
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("one JSON record per line"))
-        .collect()
-}
-
 #[test]
 fn two_mps_jobs_share_a_gpu_and_one_runs_exclusive_and_every_joule_is_accounted() {
     let plugin = plugin_path();
@@ -97,7 +75,7 @@ fn two_mps_jobs_share_a_gpu_and_one_runs_exclusive_and_every_joule_is_accounted(
     // While they run: a and b on one t4, at a clock the optimizer chose for the pair.
     let deadline = Instant::now() + Duration::from_secs(30);
     let shared = loop {
-        let st = status(&c, "ht4");
+        let st = c.node_status("ht4");
         let both = st["gpus"].as_array().and_then(|gs| {
             gs.iter()
                 .find(|g| {
@@ -122,7 +100,7 @@ fn two_mps_jobs_share_a_gpu_and_one_runs_exclusive_and_every_joule_is_accounted(
         std::thread::sleep(Duration::from_millis(100));
     };
     assert_eq!(shared["gpu_type"], "t4");
-    let st = status(&c, "ha100");
+    let st = c.node_status("ha100");
     assert_eq!(
         st["gpus"][0]["jobs"],
         serde_json::json!([x.as_str()]),
@@ -151,7 +129,7 @@ fn two_mps_jobs_share_a_gpu_and_one_runs_exclusive_and_every_joule_is_accounted(
     // Three records (the Epilog may still be finishing when the job shows COMPLETED).
     let deadline = Instant::now() + Duration::from_secs(20);
     let recs = loop {
-        let r = records(&c);
+        let r = c.records();
         if r.iter().filter(|r| r["kind"] == "job").count() >= 3 {
             break r;
         }
@@ -178,7 +156,7 @@ fn two_mps_jobs_share_a_gpu_and_one_runs_exclusive_and_every_joule_is_accounted(
     }
     // Per node and GPU: jobs + idle records = the modelled counter; clocks back to default.
     for node in ["ht4", "ha100"] {
-        let st = status(&c, node);
+        let st = c.node_status(node);
         assert_eq!(st["pending_records"], 0);
         for g in st["gpus"].as_array().expect("gpus") {
             assert_eq!(g["jobs"], serde_json::json!([]), "{g:#}");
@@ -288,7 +266,8 @@ fn two_users_on_one_gpu(
     }
     let deadline = Instant::now() + Duration::from_secs(20);
     let recs = loop {
-        let r: Vec<Value> = records(&c)
+        let r: Vec<Value> = c
+            .records()
             .into_iter()
             .filter(|r| r["job_id"] == root_job.as_str() || r["job_id"] == nobody_job.as_str())
             .collect();

@@ -194,11 +194,17 @@ fn json_string(s: &str) -> String {
     serde_json::to_string(s).unwrap_or_else(|_| format!("\"{s}\""))
 }
 
+/// A job record for tests elsewhere in the crate: override the fields a test is about.
+#[cfg(test)]
+pub(crate) fn sample(id: &str) -> Record {
+    tests::rec(id)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn rec(id: &str) -> Record {
+    pub(super) fn rec(id: &str) -> Record {
         Record {
             record_id: id.into(),
             kind: RecordKind::Job,

@@ -121,41 +121,16 @@ pub fn parse(text: &str) -> Option<Vec<(String, String)>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::node::gpu::BackendKind;
     use proptest::prelude::*;
 
     fn record(id: &str, energy: f64, basis: Basis, gpus: usize) -> Record {
         Record {
-            record_id: id.into(),
-            kind: RecordKind::Job,
-            node: "n1".into(),
-            job_id: "7".into(),
-            user: "u".into(),
-            uid: 1000,
-            account: String::new(),
-            class: None,
             gpus: (0..u32::try_from(gpus).expect("small")).collect(),
-            gpu_type: "a100".into(),
-            share_pct: Some(40),
-            clocks: vec![],
             start: 100.0,
             end: 160.0,
             energy_j: energy,
-            avg_w: 0.0,
-            backend: BackendKind::Model,
-            counter_reset: false,
-            complete: true,
             basis,
-            mps_wait_s: 0.0,
-            outside_mps: false,
-            notes: vec![],
-            clock_control: true,
-            profile_keys: vec![],
-            exit: None,
-            busy_frac: None,
-            neighbour_busy: None,
-            max_memory_mib: None,
-            time_limit_s: None,
+            ..crate::node::record::sample(id)
         }
     }
 

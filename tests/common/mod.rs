@@ -260,6 +260,26 @@ impl Cluster {
         let _ = self.script_cmd("stop");
     }
 
+    /// The node helper's accounting records so far (its log under the cluster's directory).
+    pub fn records(&self) -> Vec<serde_json::Value> {
+        std::fs::read_to_string(self.dir.join("log/accounting.jsonl"))
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("one JSON record per line"))
+            .collect()
+    }
+
+    /// `heshare node status --json` of one node, with the cluster's node helper configuration.
+    pub fn node_status(&self, node: &str) -> serde_json::Value {
+        let o = Command::new(env!("CARGO_BIN_EXE_heshare"))
+            .args(["node", "status", "--node", node, "--json"])
+            .env("HESHARE_CONFIG", self.dir.join("etc/heshare-node.toml"))
+            .output()
+            .expect("heshare runs");
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        serde_json::from_slice(&o.stdout).expect("status JSON")
+    }
+
     /// Runs one of local-slurm.sh's commands on this cluster (e.g. `stop-dbd`), which must
     /// succeed.
     pub fn script(&self, what: &str) {
