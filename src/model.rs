@@ -435,95 +435,154 @@ pub fn predict(
     f: Mhz,
     params: ModelParams,
 ) -> GpuPrediction {
-    let stretch = clock_stretch(gpu, f);
-    // Nominal busy share of each job (before contention), which is what it imposes on the others.
-    let nominal_busy: Vec<f64> = tenants
-        .iter()
-        .map(|t| {
+    Predictor::new(gpu, reference, tenants).at(f, params)
+}
+
+/// [`predict`] for one set of tenants on one GPU at many clocks: what does not depend on the
+/// clock (each job's speed on the type, its need and its runtime alone, whether one user holds
+/// the GPU) is worked out once, and the working buffers are kept between clocks.
+pub struct Predictor<'t, 'c> {
+    gpu: &'t GpuType,
+    tenants: &'t [Tenant<'c>],
+    /// Per tenant: `need` and `alone_runtime` on this type, and for training its speed.
+    fixed: Vec<(f64, f64, f64)>,
+    /// One user (or none): every tenant gets all of its context's time.
+    one_user: bool,
+    busy: Vec<f64>,
+    draws: Vec<f64>,
+}
+
+impl<'t, 'c> Predictor<'t, 'c> {
+    pub fn new(gpu: &'t GpuType, reference: &GpuType, tenants: &'t [Tenant<'c>]) -> Self {
+        let fixed = tenants
+            .iter()
+            .map(|t| {
+                let speed = match t.class.kind {
+                    JobKind::Training => relative_speed(t.class, gpu, reference),
+                    JobKind::Inference => f64::NAN,
+                };
+                (
+                    need(t.class, gpu, reference),
+                    alone_runtime(t.class, gpu, reference).0,
+                    speed,
+                )
+            })
+            .collect();
+        Predictor {
+            gpu,
+            tenants,
+            fixed,
+            one_user: distinct_users(tenants) <= 1,
+            busy: Vec::with_capacity(tenants.len()),
+            draws: Vec::with_capacity(tenants.len()),
+        }
+    }
+
+    /// The prediction at SM clock `f`.
+    pub fn at(&mut self, f: Mhz, params: ModelParams) -> GpuPrediction {
+        let mut out = GpuPrediction {
+            clock: f,
+            power: Watts(0.0),
+            jobs: Vec::with_capacity(self.tenants.len()),
+        };
+        self.at_into(f, params, &mut out);
+        out
+    }
+
+    /// The prediction at SM clock `f`, written into `out` (its buffer reused).
+    pub fn at_into(&mut self, f: Mhz, params: ModelParams, out: &mut GpuPrediction) {
+        let (gpu, tenants) = (self.gpu, self.tenants);
+        let stretch = clock_stretch(gpu, f);
+        // Nominal busy share of each job (before contention), which is what it imposes on the
+        // others.
+        self.busy.clear();
+        self.busy
+            .extend(tenants.iter().zip(&self.fixed).map(|(t, &(need, _, _))| {
+                let s = t.share.fraction();
+                match t.class.kind {
+                    JobKind::Training => s.min(t.class.demand),
+                    JobKind::Inference => {
+                        let load = need * time_factor(t.class, gpu, f, stretch) / s;
+                        s * load.min(1.0)
+                    }
+                }
+            }));
+        let nominal_busy = &self.busy;
+        let total_pressure: f64 = tenants
+            .iter()
+            .zip(nominal_busy)
+            .map(|(t, b)| t.class.mem_intensity * b)
+            .sum();
+        let slice = (!self.one_user).then(|| time_slices(tenants, nominal_busy, params));
+        let draws = &mut self.draws;
+        draws.clear();
+        let jobs = &mut out.jobs;
+        jobs.clear();
+        for (k, ((t, &busy), &(need, alone, speed))) in tenants
+            .iter()
+            .zip(nominal_busy)
+            .zip(&self.fixed)
+            .enumerate()
+        {
+            let own_pressure = t.class.mem_intensity * busy;
+            let contention =
+                1.0 + params.contention_kappa * (total_pressure - own_pressure).max(0.0);
+            // Several users: each user's context gets only part of the GPU's time.
+            let serial = 1.0 / slice.as_ref().map_or(1.0, |s| s[k]).max(1e-9);
             let s = t.share.fraction();
-            match t.class.kind {
-                JobKind::Training => s.min(t.class.demand),
+            let (runtime, draw) = match t.class.kind {
+                JobKind::Training => {
+                    let occupancy = t.class.demand;
+                    let share_stretch = (occupancy / s).max(1.0);
+                    let tf = time_factor(t.class, gpu, f, stretch * share_stretch);
+                    let runtime = t.class.reference_runtime_s / speed * tf * contention * serial;
+                    (runtime, t.class.power_util * (s / occupancy).min(1.0))
+                }
                 JobKind::Inference => {
                     let load =
-                        need(t.class, gpu, reference) * time_factor(t.class, gpu, f, stretch) / s;
-                    s * load.min(1.0)
+                        need * time_factor(t.class, gpu, f, stretch) / s * contention * serial;
+                    let runtime = t.class.reference_runtime_s * load.max(1.0);
+                    (runtime, t.class.power_util * s * load.min(1.0))
                 }
-            }
-        })
-        .collect();
-    let total_pressure: f64 = tenants
-        .iter()
-        .zip(&nominal_busy)
-        .map(|(t, b)| t.class.mem_intensity * b)
-        .sum();
-    let slice = time_slices(tenants, &nominal_busy, params);
+            };
+            draws.push(draw);
+            jobs.push(JobPrediction {
+                runtime: Seconds(runtime),
+                slowdown: runtime / alone,
+                busy,
+                power: Watts(0.0),
+            });
+        }
 
-    let mut draws = Vec::with_capacity(tenants.len());
-    let mut jobs = Vec::with_capacity(tenants.len());
-    for (k, (t, &busy)) in tenants.iter().zip(&nominal_busy).enumerate() {
-        let own_pressure = t.class.mem_intensity * busy;
-        let contention = 1.0 + params.contention_kappa * (total_pressure - own_pressure).max(0.0);
-        // Several users: each user's context gets only part of the GPU's time.
-        let serial = 1.0 / slice[k].max(1e-9);
-        let s = t.share.fraction();
-        let alone = alone_runtime(t.class, gpu, reference).0;
-        let (runtime, draw) = match t.class.kind {
-            JobKind::Training => {
-                let occupancy = t.class.demand;
-                let share_stretch = (occupancy / s).max(1.0);
-                let tf = time_factor(t.class, gpu, f, stretch * share_stretch);
-                let speed = relative_speed(t.class, gpu, reference);
-                let runtime = t.class.reference_runtime_s / speed * tf * contention * serial;
-                (runtime, t.class.power_util * (s / occupancy).min(1.0))
-            }
-            JobKind::Inference => {
-                let load = need(t.class, gpu, reference) * time_factor(t.class, gpu, f, stretch)
-                    / s
-                    * contention
-                    * serial;
-                let runtime = t.class.reference_runtime_s * load.max(1.0);
-                (runtime, t.class.power_util * s * load.min(1.0))
-            }
-        };
-        draws.push(draw);
-        jobs.push(JobPrediction {
-            runtime: Seconds(runtime),
-            slowdown: runtime / alone,
-            busy,
-            power: Watts(0.0),
-        });
-    }
-
-    let total_draw: f64 = draws.iter().sum();
-    let dynamic_range = gpu.max_power.0 - gpu.idle_power.0;
-    let work = dynamic_range * total_draw.min(1.0) * gpu.dvfs_power_factor(f);
-    // A GPU with a context held (any job on it) sits above bare idle even when it computes
-    // little; work that draws more includes it. One context, however many jobs share it.
-    let dynamic = if tenants.is_empty() {
-        work
-    } else {
-        work.max(gpu.context_power.0)
-    };
-    let total_share: f64 = tenants.iter().map(|t| t.share.fraction()).sum();
-    for ((job, t), draw) in jobs.iter_mut().zip(tenants).zip(&draws) {
-        let idle_part = if total_share > 0.0 {
-            gpu.idle_power.0 * t.share.fraction() / total_share
+        let total_draw: f64 = draws.iter().sum();
+        let draws = &*draws;
+        let dynamic_range = gpu.max_power.0 - gpu.idle_power.0;
+        let work = dynamic_range * total_draw.min(1.0) * gpu.dvfs_power_factor(f);
+        // A GPU with a context held (any job on it) sits above bare idle even when it computes
+        // little; work that draws more includes it. One context, however many jobs share it.
+        let dynamic = if tenants.is_empty() {
+            work
         } else {
-            0.0
+            work.max(gpu.context_power.0)
         };
-        let dyn_part = if total_draw > 0.0 {
-            dynamic * draw / total_draw
-        } else {
-            #[allow(clippy::cast_precision_loss)]
-            let each = dynamic / tenants.len().max(1) as f64;
-            each
-        };
-        job.power = Watts(idle_part + dyn_part);
-    }
-    GpuPrediction {
-        clock: f,
-        power: Watts(gpu.idle_power.0 + dynamic),
-        jobs,
+        let total_share: f64 = tenants.iter().map(|t| t.share.fraction()).sum();
+        for ((job, t), draw) in jobs.iter_mut().zip(tenants).zip(draws) {
+            let idle_part = if total_share > 0.0 {
+                gpu.idle_power.0 * t.share.fraction() / total_share
+            } else {
+                0.0
+            };
+            let dyn_part = if total_draw > 0.0 {
+                dynamic * draw / total_draw
+            } else {
+                #[allow(clippy::cast_precision_loss)]
+                let each = dynamic / tenants.len().max(1) as f64;
+                each
+            };
+            job.power = Watts(idle_part + dyn_part);
+        }
+        out.clock = f;
+        out.power = Watts(gpu.idle_power.0 + dynamic);
     }
 }
 
@@ -666,6 +725,43 @@ pub(crate) mod tests {
             (p.jobs[0].power.0 - p.power.0).abs() < 1e-9,
             "one job carries all the power"
         );
+    }
+
+    #[test]
+    fn a_predictor_kept_across_clocks_gives_each_clock_as_a_fresh_one() {
+        let g = gpu("a100", 2.0, 50.0, 400.0);
+        let r = gpu("v100", 1.0, 30.0, 300.0);
+        let (t, i) = (training("t"), inference("i", 0.3));
+        // Two users: the time slices are worked out per clock as well.
+        let tenants = [
+            Tenant {
+                class: &t,
+                share: SharePct::new(50).expect("valid"),
+                user: 1,
+            },
+            Tenant {
+                class: &i,
+                share: SharePct::new(30).expect("valid"),
+                user: 2,
+            },
+            Tenant {
+                class: &i,
+                share: SharePct::new(20).expect("valid"),
+                user: 1,
+            },
+        ];
+        let mut kept = Predictor::new(&g, &r, &tenants);
+        let mut out = kept.at(g.default_sm_clock, P);
+        // Down, then up again out of order: nothing of one clock may stay for the next.
+        let clocks = g
+            .sm_clocks
+            .iter()
+            .rev()
+            .chain(g.sm_clocks.iter().step_by(7));
+        for &f in clocks {
+            kept.at_into(f, P, &mut out);
+            assert_eq!(out, Predictor::new(&g, &r, &tenants).at(f, P), "at {f:?}");
+        }
     }
 
     #[test]

@@ -189,6 +189,12 @@ pub struct LimitRisk {
     /// written for, at the profile's quantile, and how far its speed there over this type's may
     /// be off (log-spread). `None`: the limit is read against this type's runs alone.
     written_for: Option<(f64, f64)>,
+    /// Worked out once from the fields above, for [`LimitRisk::probability`], which the clock
+    /// search asks at every clock: `ln(limit_s)`, and with a convention the log median runtime
+    /// on the type the limit is written for and `ln Phi(a)` of its standardised margin `a`.
+    ln_limit: f64,
+    ln_median: f64,
+    ln_cdf_margin: f64,
 }
 
 /// Whether the limit is read as written for `written_for`: where the job's runs find it more
@@ -258,6 +264,7 @@ impl LimitRisk {
                         cfg.profiles.quantile,
                     )
                 }
+                .logs()
             }
         }
     }
@@ -272,6 +279,37 @@ impl LimitRisk {
             median_per_quantile: (-z * runs).exp(),
             sd: runs.hypot(type_sd.max(0.0)),
             written_for: None,
+            ln_limit: 0.0,
+            ln_median: 0.0,
+            ln_cdf_margin: 0.0,
+        }
+        .logs()
+    }
+
+    /// Fills the worked-out logs from the belief's fields.
+    fn logs(self) -> LimitRisk {
+        let ln_limit = self.limit_s.ln();
+        let (ln_median, ln_cdf_margin) = match self.written_for {
+            Some((written_s, _)) => {
+                let ln_median = (written_s * self.median_per_quantile).ln();
+                // Without spread `probability` never reads it.
+                let a = (ln_limit - ln_median) / self.sd;
+                (
+                    ln_median,
+                    if self.sd <= 1e-12 {
+                        0.0
+                    } else {
+                        ln_normal_cdf(a)
+                    },
+                )
+            }
+            None => (0.0, 0.0),
+        };
+        LimitRisk {
+            ln_limit,
+            ln_median,
+            ln_cdf_margin,
+            ..self
         }
     }
 
@@ -283,6 +321,7 @@ impl LimitRisk {
             written_for: Some((written_for_s.max(1e-9), ratio_sd.max(0.0))),
             ..self
         }
+        .logs()
     }
 
     /// The belief's bits, for a cache keyed by what a decision depends on.
@@ -301,7 +340,7 @@ impl LimitRisk {
     /// quantile times the option's slowdown) passes the limit. With no spread at all the
     /// prediction is taken as exact.
     pub fn probability(&self, runtime_s: f64) -> f64 {
-        let ln_limit = self.limit_s.ln();
+        let ln_limit = self.ln_limit;
         let Some((written_s, ratio_sd)) = self.written_for else {
             let median = runtime_s.max(1e-9) * self.median_per_quantile;
             let margin = ln_limit - median.ln();
@@ -315,7 +354,7 @@ impl LimitRisk {
         // times the speed ratio's error): killed where T > limit / ratio. The error is
         // averaged over three Gauss-Hermite points.
         let ln_ratio = (runtime_s.max(1e-9) / written_s).ln();
-        let ln_median = (written_s * self.median_per_quantile).ln();
+        let ln_median = self.ln_median;
         const NODES: [(f64, f64); 3] = [
             (-1.732_050_807_568_877_2, 1.0 / 6.0),
             (0.0, 2.0 / 3.0),
@@ -332,7 +371,7 @@ impl LimitRisk {
                 f64::from(u8::from(ln_median.min(ln_limit) + d > ln_limit))
             } else {
                 let a = (ln_limit - ln_median) / self.sd;
-                1.0 - (ln_normal_cdf(a - d / self.sd) - ln_normal_cdf(a)).exp()
+                1.0 - (ln_normal_cdf(a - d / self.sd) - self.ln_cdf_margin).exp()
             };
             p += w * killed.clamp(0.0, 1.0);
         }

@@ -15,7 +15,7 @@
 //! the same shares is always a candidate and the result is never worse than it.
 
 use crate::model::{
-    GpuPrediction, GpuType, JobClass, ModelParams, Tenant, full_speed_share, predict,
+    GpuPrediction, GpuType, JobClass, ModelParams, Predictor, Tenant, full_speed_share, predict,
 };
 use crate::units::{Mhz, SharePct};
 
@@ -186,19 +186,27 @@ pub fn optimize(
             .all(|(pj, j)| pj.slowdown <= j.bound + BOUND_SLACK)
     };
 
-    let at_default = predict(gpu, reference, &tenants, gpu.default_sm_clock, params.model);
+    let mut predictor = Predictor::new(gpu, reference, &tenants);
+    let at_default = predictor.at(gpu.default_sm_clock, params.model);
+    let (static_w, idle_w) = static_of(gpu, params);
     let mut best: Option<(f64, GpuPrediction)> = None;
+    // Each clock's prediction is written into `cur`, which trades places with the best so far.
+    let mut cur = at_default.clone();
     // Higher clocks first so that, on equal energy, the faster clock wins.
     for &f in gpu.sm_clocks.iter().rev() {
-        let p = predict(gpu, reference, &tenants, f, params.model);
-        if !within(&p) {
+        predictor.at_into(f, params.model, &mut cur);
+        if !within(&cur) {
             // Slowdowns only grow as the clock falls: every lower clock fails too.
             break;
         }
-        let (static_w, idle_w) = static_of(gpu, params);
-        let j = clock_cost(&p, jobs, params.time_value_w, static_w, idle_w);
-        if best.as_ref().is_none_or(|(bj, _)| j < *bj) {
-            best = Some((j, p));
+        let j = clock_cost(&cur, jobs, params.time_value_w, static_w, idle_w);
+        match &mut best {
+            Some((bj, bp)) if j < *bj => {
+                *bj = j;
+                std::mem::swap(bp, &mut cur);
+            }
+            Some(_) => {}
+            None => best = Some((j, cur.clone())),
         }
     }
     match best {
@@ -209,7 +217,7 @@ pub fn optimize(
             at_default_clock: at_default,
         }),
         None => {
-            let fastest = predict(gpu, reference, &tenants, gpu.max_clock(), params.model);
+            let fastest = predictor.at(gpu.max_clock(), params.model);
             let (job, (pj, j)) = fastest
                 .jobs
                 .iter()
