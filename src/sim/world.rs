@@ -204,22 +204,39 @@ fn zeus_sweeps(csv: &str, cap_w: f64) -> BTreeMap<String, Sweep> {
     out
 }
 
-/// The best clock-bound fraction and power utilisation for one sweep at a given power curve
-/// (beta, gamma), by squared relative power error: the top limit is the full clock, a lower
-/// limit's slowdown `t / t1 = c / r + 1 - c` gives the relative clock `r` it ran at.
-fn fit_sweep(s: &Sweep, beta: f64, gamma: f64, idle: f64, max: f64) -> (f64, f64, f64) {
+/// The clock-bound fractions `fit_sweep` tries: 0.05 to 1 in steps of 0.05.
+const CLOCK_BOUND_STEPS: u32 = 20;
+
+/// For one sweep, per clock-bound fraction tried and per point, the relative clock `r` that
+/// point ran at raised to `gamma`: what the power curve needs of `gamma`, worked out once per
+/// `gamma` rather than once per (beta, gamma).
+fn sweep_powers(s: &Sweep, gamma: f64) -> Vec<Vec<f64>> {
     let t1 = s[s.len() - 1].1;
+    (1..=CLOCK_BOUND_STEPS)
+        .map(|ci| {
+            let c = f64::from(ci) * 0.05;
+            s.iter()
+                .map(|&(_, t, _)| {
+                    let x = t / t1 - (1.0 - c);
+                    let r = if x > 0.0 { (c / x).min(1.0) } else { 1.0 };
+                    r.powf(gamma)
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// The best clock-bound fraction and power utilisation for one sweep at a given power curve
+/// (beta, and gamma through `powers`, its [`sweep_powers`]), by squared relative power error:
+/// the top limit is the full clock, a lower limit's slowdown `t / t1 = c / r + 1 - c` gives the
+/// relative clock `r` it ran at.
+fn fit_sweep(s: &Sweep, powers: &[Vec<f64>], beta: f64, idle: f64, max: f64) -> (f64, f64, f64) {
     let mut best = (f64::INFINITY, 0.25, 0.5);
-    for ci in 1..=20 {
+    let mut hs: Vec<f64> = Vec::with_capacity(s.len());
+    for (ci, rp) in (1..=CLOCK_BOUND_STEPS).zip(powers) {
         let c = f64::from(ci) * 0.05;
-        let hs: Vec<f64> = s
-            .iter()
-            .map(|&(_, t, _)| {
-                let x = t / t1 - (1.0 - c);
-                let r = if x > 0.0 { (c / x).min(1.0) } else { 1.0 };
-                beta + (1.0 - beta) * r.powf(gamma)
-            })
-            .collect();
+        hs.clear();
+        hs.extend(rp.iter().map(|p| beta + (1.0 - beta) * p));
         let range = max - idle;
         let num: f64 = s
             .iter()
@@ -262,14 +279,19 @@ fn zeus_gpu(csv: &str, idle: f64, cap_w: f64) -> ZeusGpu {
         .values()
         .flat_map(|s| s.iter().map(|p| p.0))
         .fold(0.0, f64::max);
+    let gammas: Vec<f64> = (0..=48).map(|gi| 0.2 + f64::from(gi) * 0.1).collect();
+    let powers: Vec<Vec<Vec<Vec<f64>>>> = gammas
+        .iter()
+        .map(|&g| sweeps.values().map(|s| sweep_powers(s, g)).collect())
+        .collect();
     let mut best = (f64::INFINITY, 0.3, 2.0);
     for bi in 0..=12 {
         let beta = f64::from(bi) * 0.05;
-        for gi in 0..=48 {
-            let gamma = 0.2 + f64::from(gi) * 0.1;
+        for (gi, &gamma) in gammas.iter().enumerate() {
             let e: f64 = sweeps
                 .values()
-                .map(|s| fit_sweep(s, beta, gamma, idle, max).0)
+                .zip(&powers[gi])
+                .map(|(s, p)| fit_sweep(s, p, beta, idle, max).0)
                 .sum();
             if e < best.0 {
                 best = (e, beta, gamma);
@@ -280,7 +302,7 @@ fn zeus_gpu(csv: &str, idle: f64, cap_w: f64) -> ZeusGpu {
     let fits = sweeps
         .iter()
         .map(|(k, s)| {
-            let (_, c, u) = fit_sweep(s, beta, gamma, idle, max);
+            let (_, c, u) = fit_sweep(s, &sweep_powers(s, gamma), beta, idle, max);
             (k.clone(), (c, u))
         })
         .collect();
@@ -373,6 +395,13 @@ struct Group {
     busy: f64,
     /// The share of GPU time the server's context keeps busy.
     time: f64,
+}
+
+/// A clock as the MPS model uses it ([`World::clock_terms`]).
+#[derive(Clone, Copy)]
+struct ClockTerms {
+    r: f64,
+    stretch: f64,
 }
 
 /// One job alone on a whole GPU, as [`World::alone_point`] gives it.
@@ -839,65 +868,26 @@ impl World {
     /// The MPS server's clients among `occ` (every occupant that `Runs::Mps`) running together
     /// as if the GPU were theirs alone; the others get nothing here.
     fn mps_group(&self, t: usize, clock_mhz: f64, occ: &[Occupant<'_>]) -> Group {
-        let ty = &self.types[t];
-        let r = (clock_mhz / ty.max_clock_mhz).clamp(0.01, 1.0);
-        let stretch = ty.default_clock_mhz / clock_mhz.max(1.0);
+        let clock = self.clock_terms(t, clock_mhz);
         // Nominal busy share each job imposes on the others, and its load.
         let mut busy = Vec::with_capacity(occ.len());
         let mut load = Vec::with_capacity(occ.len());
         let mut training = false;
         for o in occ {
-            let s = o.share.fraction();
-            if o.runs != Runs::Mps {
-                busy.push(0.0);
-                load.push(0.0);
-                continue;
-            }
-            match self.kinds[o.class] {
-                JobKind::Training => {
-                    training = true;
-                    busy.push(s.min(1.0));
-                    load.push(1.0);
-                }
-                JobKind::Inference => {
-                    let tf = (self.knee(o.class, o.truth, t) / r).max(1.0);
-                    let l = o.truth.demand / self.speed(o.class, o.truth, t) * tf / s;
-                    busy.push(s * l.min(1.0));
-                    load.push(l);
-                }
-            }
+            let (b, l) = self.nominal(o, t, clock);
+            training |= o.runs == Runs::Mps && self.kinds[o.class] == JobKind::Training;
+            busy.push(b);
+            load.push(l);
         }
         let total_busy: f64 = busy.iter().sum();
         let mut rate = Vec::with_capacity(occ.len());
         let mut draw = Vec::with_capacity(occ.len());
         let mut eff_load = Vec::with_capacity(occ.len());
         for (k, o) in occ.iter().enumerate() {
-            if o.runs != Runs::Mps {
-                rate.push(0.0);
-                draw.push(0.0);
-                eff_load.push(0.0);
-                continue;
-            }
-            let s = o.share.fraction();
-            let contention =
-                1.0 + self.kappa * o.truth.contention * (total_busy - busy[k]).max(0.0);
-            let u = self.u(o.class, o.truth, t);
-            match self.kinds[o.class] {
-                JobKind::Training => {
-                    let c = self.c(o.class, o.truth, t);
-                    let share_stretch = (1.0 / s).max(1.0);
-                    let tf = c * stretch * share_stretch + (1.0 - c);
-                    rate.push(self.speed(o.class, o.truth, t) / (tf * contention));
-                    draw.push(u * s.min(1.0));
-                    eff_load.push(1.0);
-                }
-                JobKind::Inference => {
-                    let l = load[k] * contention;
-                    rate.push(1.0 / l.max(1.0));
-                    draw.push(u * s * l.min(1.0));
-                    eff_load.push(l);
-                }
-            }
+            let (r, d, l) = self.served(o, t, clock, busy[k], load[k], total_busy);
+            rate.push(r);
+            draw.push(d);
+            eff_load.push(l);
         }
         // More than the whole GPU asked: each gets its part of what there is.
         let scale = if total_busy > 1.0 {
@@ -916,6 +906,68 @@ impl World {
             // A training client keeps the server's context busy all the time; services only
             // while they have requests.
             time: if training { 1.0 } else { busy },
+        }
+    }
+
+    /// `clock_mhz` on type `t` as the MPS model uses it: the relative clock and the stretch of
+    /// clock-bound work against the default clock.
+    fn clock_terms(&self, t: usize, clock_mhz: f64) -> ClockTerms {
+        let ty = &self.types[t];
+        ClockTerms {
+            r: (clock_mhz / ty.max_clock_mhz).clamp(0.01, 1.0),
+            stretch: ty.default_clock_mhz / clock_mhz.max(1.0),
+        }
+    }
+
+    /// An MPS client's nominal busy share of the GPU (what it imposes on the others) and its
+    /// load on its share; nothing for an occupant outside the server.
+    fn nominal(&self, o: &Occupant<'_>, t: usize, clock: ClockTerms) -> (f64, f64) {
+        if o.runs != Runs::Mps {
+            return (0.0, 0.0);
+        }
+        let s = o.share.fraction();
+        match self.kinds[o.class] {
+            JobKind::Training => (s.min(1.0), 1.0),
+            JobKind::Inference => {
+                let tf = (self.knee(o.class, o.truth, t) / clock.r).max(1.0);
+                let l = o.truth.demand / self.speed(o.class, o.truth, t) * tf / s;
+                (s * l.min(1.0), l)
+            }
+        }
+    }
+
+    /// An MPS client's rate, draw and effective load beside clients keeping `total_busy` of the
+    /// GPU busy (its own `busy` included); nothing for an occupant outside the server.
+    fn served(
+        &self,
+        o: &Occupant<'_>,
+        t: usize,
+        clock: ClockTerms,
+        busy: f64,
+        load: f64,
+        total_busy: f64,
+    ) -> (f64, f64, f64) {
+        if o.runs != Runs::Mps {
+            return (0.0, 0.0, 0.0);
+        }
+        let s = o.share.fraction();
+        let contention = 1.0 + self.kappa * o.truth.contention * (total_busy - busy).max(0.0);
+        let u = self.u(o.class, o.truth, t);
+        match self.kinds[o.class] {
+            JobKind::Training => {
+                let c = self.c(o.class, o.truth, t);
+                let share_stretch = (1.0 / s).max(1.0);
+                let tf = c * clock.stretch * share_stretch + (1.0 - c);
+                (
+                    self.speed(o.class, o.truth, t) / (tf * contention),
+                    u * s.min(1.0),
+                    1.0,
+                )
+            }
+            JobKind::Inference => {
+                let l = load * contention;
+                (1.0 / l.max(1.0), u * s * l.min(1.0), l)
+            }
         }
     }
 
@@ -963,22 +1015,28 @@ impl World {
         truth: &JobTruth,
     ) -> AlonePoint {
         let ty = &self.types[t];
-        let g = self.mps_group(
-            t,
-            clock_mhz,
-            &[Occupant {
-                class,
-                truth,
-                share: SharePct::FULL,
-                runs: Runs::Mps,
-            }],
-        );
+        // `mps_group` of this one client, without its buffers: its busy share is the whole
+        // GPU's.
+        let o = Occupant {
+            class,
+            truth,
+            share: SharePct::FULL,
+            runs: Runs::Mps,
+        };
+        let clock = self.clock_terms(t, clock_mhz);
+        let (busy, load) = self.nominal(&o, t, clock);
+        let (rate, draw, _) = self.served(&o, t, clock, busy, load, busy);
+        let time = if self.kinds[class] == JobKind::Training {
+            1.0
+        } else {
+            busy.min(1.0)
+        };
         let r = (clock_mhz / ty.max_clock_mhz).clamp(0.01, 1.0);
         let dvfs = ty.beta + (1.0 - ty.beta) * r.powf(ty.gamma);
         AlonePoint {
-            rate: g.rate[0],
-            work_w: (ty.max_w - ty.idle_w) * g.draw[0].min(1.0) * dvfs,
-            busy: g.time.clamp(0.0, 1.0),
+            rate,
+            work_w: (ty.max_w - ty.idle_w) * draw.min(1.0) * dvfs,
+            busy: time.clamp(0.0, 1.0),
             static_w: ty.idle_w + ty.context_w,
         }
     }
@@ -1302,6 +1360,42 @@ mod tests {
     /// measurement (the top of a Zeus sweep is the board's power cap, which the datasheet the
     /// catalog cites also gives: P100 250 W, the A10's 150 W), and the measured ones must be the
     /// measurements.
+    /// `alone_point` is the MPS model of one client, worked out without the group's buffers.
+    #[test]
+    fn a_job_alone_is_the_mps_group_of_that_job_alone() {
+        let cfg = cfg();
+        let w = World::new(&cfg);
+        let mut rng = SplitMix::new(3);
+        for (ci, class) in cfg.classes.iter().enumerate() {
+            let truth = w.draw(ci, class.demand, &mut rng);
+            for (t, g) in cfg.gpu_types.iter().enumerate() {
+                for &f in g.sm_clocks.iter().step_by(5) {
+                    let f = f64::from(f.0);
+                    let a = w.alone_point(t, f, ci, &truth);
+                    let group = w.mps_group(
+                        t,
+                        f,
+                        &[Occupant {
+                            class: ci,
+                            truth: &truth,
+                            share: SharePct::FULL,
+                            runs: Runs::Mps,
+                        }],
+                    );
+                    assert_eq!(a.rate, group.rate[0], "{} on {}", class.name, g.name);
+                    assert_eq!(a.busy, group.time.clamp(0.0, 1.0));
+                    let ty = &w.types[t];
+                    let r = (f / ty.max_clock_mhz).clamp(0.01, 1.0);
+                    let dvfs = ty.beta + (1.0 - ty.beta) * r.powf(ty.gamma);
+                    assert_eq!(
+                        a.work_w,
+                        (ty.max_w - ty.idle_w) * group.draw[0].min(1.0) * dvfs
+                    );
+                }
+            }
+        }
+    }
+
     #[test]
     fn the_world_does_not_share_the_catalogs_power_table() {
         let cfg = cfg();
