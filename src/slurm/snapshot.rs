@@ -61,33 +61,48 @@ pub struct Snapshot {
     hosts: Vec<Vec<(u32, u32, u64)>>,
 }
 
-impl Snapshot {
-    /// Builds the view and its queues. Holdings on GPUs the nodes do not list are
-    /// ignored (a node that left the table between the two reads).
-    pub fn build(
-        cfg: &Config,
-        taken_at_s: f64,
-        nodes: &[NodeInfo],
-        holdings: &[Holding],
-        pending: &[Pending],
-    ) -> Snapshot {
+/// What a snapshot takes from the node table alone: the GPU slots (without jobs), each type's
+/// size, feature and host facts. Nodes change far less often than jobs, so a caller that reads
+/// the same nodes again (the simulator's snapshot thread) builds this once and fills it per
+/// snapshot; [`Snapshot::build`] does both at once.
+#[derive(Debug, Clone)]
+pub struct Frame {
+    /// Every GPU the nodes list, in node order, with no jobs and its node's power when framed.
+    gpus: Vec<GpuSlot>,
+    /// Per GPU slot, the node it is on (index into the node list).
+    slot_node: Vec<usize>,
+    /// Per node, its GPU index on the node and slot, for placing holdings.
+    node_slots: Vec<Vec<(u32, usize)>>,
+    /// Per type: GPUs and the most on one node (the rest of each queue is filled per snapshot).
+    queues: Vec<TypeQueue>,
+    feature_types: Vec<bool>,
+    hosts: Vec<Vec<(u32, u32, u64)>>,
+    present_types: Vec<usize>,
+    present: Vec<bool>,
+}
+
+impl Frame {
+    /// Frames the nodes' GPUs. GPUs of a type the catalog lacks are left out.
+    pub fn of(cfg: &Config, nodes: &[NodeInfo]) -> Frame {
         let types = cfg.gpu_types.len();
-        let mut view = ClusterView {
-            gpus: Vec::new(),
-            queues: vec![TypeQueue::default(); types],
-        };
-        let mut at: rustc_hash::FxHashMap<(usize, u32), usize> = rustc_hash::FxHashMap::default();
+        let mut gpus = Vec::new();
+        let mut slot_node = Vec::new();
+        let mut node_slots = Vec::with_capacity(nodes.len());
+        let mut queues = vec![TypeQueue::default(); types];
         let mut feature_types = vec![true; types];
         let mut present = vec![false; types];
         let mut hosts: Vec<Vec<(u32, u32, u64)>> = vec![Vec::new(); types];
+        let mut per_type = vec![0u32; types];
         for (k, n) in nodes.iter().enumerate() {
-            let mut per_type = vec![0u32; types];
+            per_type.iter_mut().for_each(|c| *c = 0);
+            let mut slots = Vec::with_capacity(n.gpus.len());
             for &(index, t) in &n.gpus {
                 if t >= types {
                     continue;
                 }
-                at.insert((k, index), view.gpus.len());
-                view.gpus.push(GpuSlot {
+                slots.push((index, gpus.len()));
+                slot_node.push(k);
+                gpus.push(GpuSlot {
                     node: n.name.clone(),
                     index,
                     gpu_type: t,
@@ -97,6 +112,7 @@ impl Snapshot {
                 });
                 per_type[t] += 1;
             }
+            node_slots.push(slots);
             let kinds = per_type.iter().filter(|&&c| c > 0).count();
             for (t, &c) in per_type.iter().enumerate().filter(|(_, c)| **c > 0) {
                 present[t] = true;
@@ -104,7 +120,7 @@ impl Snapshot {
                 if !hosts[t].contains(&size) {
                     hosts[t].push(size);
                 }
-                let q = &mut view.queues[t];
+                let q = &mut queues[t];
                 q.total_gpus += c;
                 q.max_gpus_per_node = q.max_gpus_per_node.max(c);
                 let name = &cfg.gpu_types[t].name;
@@ -116,10 +132,81 @@ impl Snapshot {
         for (t, ok) in feature_types.iter_mut().enumerate() {
             *ok &= present[t];
         }
+        Frame {
+            gpus,
+            slot_node,
+            node_slots,
+            queues,
+            feature_types,
+            hosts,
+            present_types: (0..types).filter(|&t| present[t]).collect(),
+            present,
+        }
+    }
+
+    /// The snapshot at `taken_at_s` of these nodes, in the power states `power` gives per node
+    /// (index into the framed node list), holding `holdings` with `pending` waiting. Holdings on
+    /// GPUs the nodes do not list are ignored (a node that left the table between the two
+    /// reads).
+    pub fn snapshot(
+        &self,
+        taken_at_s: f64,
+        power: impl Fn(usize) -> SlotPower,
+        holdings: &[Holding],
+        pending: &[Pending],
+    ) -> Snapshot {
+        let mut snap = Snapshot {
+            taken_at_s,
+            view: ClusterView {
+                gpus: self.gpus.clone(),
+                queues: self.queues.clone(),
+            },
+            idle: Vec::new(),
+            feature_types: self.feature_types.clone(),
+            hosts: self.hosts.clone(),
+        };
+        self.refill(&mut snap, taken_at_s, power, holdings, pending);
+        snap
+    }
+
+    /// [`Frame::snapshot`] written over `snap`, an earlier snapshot of this frame, whose buffers
+    /// it reuses: what a caller taking one snapshot after another keeps.
+    pub fn refill(
+        &self,
+        snap: &mut Snapshot,
+        taken_at_s: f64,
+        power: impl Fn(usize) -> SlotPower,
+        holdings: &[Holding],
+        pending: &[Pending],
+    ) {
+        let types = self.queues.len();
+        snap.taken_at_s = taken_at_s;
+        let view = &mut snap.view;
+        debug_assert_eq!(
+            view.gpus.len(),
+            self.gpus.len(),
+            "a snapshot of another frame"
+        );
+        for (slot, &n) in view.gpus.iter_mut().zip(&self.slot_node) {
+            slot.jobs.clear();
+            slot.power = power(n);
+        }
+        for (q, base) in view.queues.iter_mut().zip(&self.queues) {
+            let mut frees = std::mem::take(&mut q.frees_in_s);
+            frees.clear();
+            *q = TypeQueue {
+                frees_in_s: frees,
+                ..base.clone()
+            };
+        }
         let mut frees: Vec<f64> = vec![f64::NAN; view.gpus.len()];
-        let mut holds: Vec<Vec<f64>> = vec![Vec::new(); types];
+        let mut holds: Vec<(f64, u32)> = vec![(0.0, 0); types];
         for h in holdings {
-            let Some(&g) = at.get(&(h.node, h.gpu_index)) else {
+            let Some(&(_, g)) = self
+                .node_slots
+                .get(h.node)
+                .and_then(|s| s.iter().find(|(i, _)| *i == h.gpu_index))
+            else {
                 continue;
             };
             view.gpus[g].jobs.push(h.job.clone());
@@ -129,7 +216,9 @@ impl Snapshot {
             } else {
                 frees[g].max(left)
             };
-            holds[view.gpus[g].gpu_type].push(h.hold_s.max(0.0));
+            let sum = &mut holds[view.gpus[g].gpu_type];
+            sum.0 += h.hold_s.max(0.0);
+            sum.1 += 1;
         }
         for (g, slot) in view.gpus.iter().enumerate() {
             let q = &mut view.queues[slot.gpu_type];
@@ -139,39 +228,44 @@ impl Snapshot {
                 q.frees_in_s.push(frees[g]);
             }
         }
-        for (t, q) in view.queues.iter_mut().enumerate() {
-            q.frees_in_s.sort_by(f64::total_cmp);
-            #[allow(clippy::cast_precision_loss)]
-            let mean = holds[t].iter().sum::<f64>() / holds[t].len().max(1) as f64;
-            q.mean_hold_s = mean;
+        for (q, &(sum, n)) in view.queues.iter_mut().zip(&holds) {
+            // Equal under `total_cmp` is the same bits, so an unstable sort gives the same order.
+            q.frees_in_s.sort_unstable_by(f64::total_cmp);
+            q.mean_hold_s = sum / f64::from(n.max(1));
         }
-        let present_types: Vec<usize> = (0..types).filter(|&t| present[t]).collect();
         for p in pending {
-            let on: Vec<usize> = if p.types.is_empty() {
-                present_types.clone()
+            // A job that names no type counts on every present type, else on those it names
+            // that are present, a part on each.
+            let on = |t: &usize| (p.types.is_empty() || *t < types) && self.present[*t];
+            let types_of: &[usize] = if p.types.is_empty() {
+                &self.present_types
             } else {
-                p.types
-                    .iter()
-                    .copied()
-                    .filter(|&t| t < types && present[t])
-                    .collect()
+                &p.types
             };
             #[allow(clippy::cast_precision_loss)]
-            let part = p.gpus / on.len().max(1) as f64;
-            for t in on {
+            let part = p.gpus / types_of.iter().filter(|t| on(t)).count().max(1) as f64;
+            for &t in types_of.iter().filter(|t| on(t)) {
                 view.queues[t].pending_gpus += part;
             }
         }
-        let idle = (0..view.gpus.len())
-            .filter(|&g| view.gpus[g].jobs.is_empty())
-            .collect();
-        Snapshot {
-            taken_at_s,
-            view,
-            idle,
-            feature_types,
-            hosts,
-        }
+        snap.idle.clear();
+        snap.idle
+            .extend((0..view.gpus.len()).filter(|&g| view.gpus[g].jobs.is_empty()));
+    }
+}
+
+impl Snapshot {
+    /// Builds the view and its queues from the node table, the running jobs' holdings and the
+    /// pending demand. Holdings on GPUs the nodes do not list are ignored (a node that left the
+    /// table between the two reads).
+    pub fn build(
+        cfg: &Config,
+        taken_at_s: f64,
+        nodes: &[NodeInfo],
+        holdings: &[Holding],
+        pending: &[Pending],
+    ) -> Snapshot {
+        Frame::of(cfg, nodes).snapshot(taken_at_s, |n| nodes[n].power, holdings, pending)
     }
 
     /// The same snapshot as if taken `at` (later), nothing else having changed: every held GPU is
@@ -573,9 +667,9 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_snapshot_has_queues_feature_types_and_slurms_picks() {
-        let cfg = cfg();
+    /// Two nodes of two GPUs (an a100 node with its type as a feature, a t4 node without), and
+    /// three holdings: both a100s by user 1000, a 40% share of the first t4 by user 1001.
+    fn two_nodes(cfg: &Config) -> (Vec<NodeInfo>, Vec<Holding>) {
         let a100 = cfg.gpu_type("a100").expect("a100");
         let t4 = cfg.gpu_type("t4").expect("t4");
         let nodes = vec![
@@ -619,6 +713,54 @@ mod tests {
                 hold_s: 60.0,
             },
         ];
+        (nodes, holdings)
+    }
+
+    #[test]
+    fn a_refilled_snapshot_is_the_snapshot_built_afresh() {
+        let cfg = cfg();
+        let (mut nodes, holdings) = two_nodes(&cfg);
+        let t4 = cfg.gpu_type("t4").expect("t4");
+        let frame = Frame::of(&cfg, &nodes);
+        let mut snap = frame.snapshot(0.0, |n| nodes[n].power, &holdings, &[]);
+        // Later: the a100 jobs gone, a second share on the t4, the t4 node booting, demand.
+        nodes[1].power = SlotPower::Booting;
+        let later = vec![
+            holdings[2].clone(),
+            Holding {
+                node: 1,
+                gpu_index: 0,
+                job: job(1, 30, "1001"),
+                frees_in_s: 500.0,
+                hold_s: 900.0,
+            },
+        ];
+        let pending = vec![
+            Pending {
+                types: vec![],
+                gpus: 2.0,
+            },
+            Pending {
+                types: vec![t4],
+                gpus: 0.5,
+            },
+        ];
+        frame.refill(&mut snap, 60.0, |n| nodes[n].power, &later, &pending);
+        let fresh = Snapshot::build(&cfg, 60.0, &nodes, &later, &pending);
+        assert_eq!(snap.view, fresh.view);
+        assert_eq!(snap.idle, fresh.idle);
+        assert_eq!(snap.taken_at_s, fresh.taken_at_s);
+        assert_eq!(snap.feature_types, fresh.feature_types);
+        assert_eq!(snap.hosts, fresh.hosts);
+        assert_eq!(snap.view.queues[t4].frees_in_s, vec![500.0]);
+    }
+
+    #[test]
+    fn a_snapshot_has_queues_feature_types_and_slurms_picks() {
+        let cfg = cfg();
+        let a100 = cfg.gpu_type("a100").expect("a100");
+        let t4 = cfg.gpu_type("t4").expect("t4");
+        let (nodes, holdings) = two_nodes(&cfg);
         let pending = vec![Pending {
             types: vec![a100],
             gpus: 1.0,

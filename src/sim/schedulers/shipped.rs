@@ -38,7 +38,7 @@ use crate::sim::meter::PowerState;
 use crate::slurm::request::{
     GpuAsk, Live, Options, PendingJob, Site, Submission, TresForm, Verdict, decide_with, revisit,
 };
-use crate::slurm::snapshot::{Holding, NodeInfo, Pending, Snapshot};
+use crate::slurm::snapshot::{Frame, Holding, NodeInfo, Pending, Snapshot};
 use crate::units::Mhz;
 use rustc_hash::{FxHashMap, FxHashSet};
 
@@ -94,9 +94,15 @@ pub struct Shipped<'w> {
     pub repriced: usize,
     /// Site factors changed since the engine last sorted its queue.
     reordered: bool,
-    /// What the snapshot thread reads of the nodes (they never change here), and the users'
-    /// names, built once.
-    nodes: Vec<NodeInfo>,
+    /// What the snapshot thread reads of the nodes (they never change here but for their power
+    /// state), framed once.
+    frame: Frame,
+    /// The last snapshot's holdings and pending demand, kept for their buffers.
+    holdings: Vec<Holding>,
+    pending: Vec<Pending>,
+    /// Per running job, the class and expected hold the snapshot thread reads of it.
+    reading: FxHashMap<usize, (usize, f64)>,
+    /// The users' names, built once.
     users: Vec<std::sync::Arc<str>>,
     /// Jobs the plugin left as their users asked (no label, no profile, or no placement), or
     /// gave only a wider share than asked (a first run's margin).
@@ -138,21 +144,26 @@ impl<'w> Shipped<'w> {
             moved: 0,
             repriced: 0,
             reordered: false,
-            nodes: st
-                .nodes
-                .iter()
-                .map(|n| {
-                    let t = n.res.gpu_type.unwrap_or(0);
-                    NodeInfo {
-                        name: n.name.as_str().into(),
-                        features: vec![st.cfg.gpu_types[t].name.clone()],
-                        gpus: n.gpus.iter().map(|&g| (st.gpus[g].index, t)).collect(),
-                        cpus: u32::try_from(n.cpu_milli / 1000).unwrap_or(u32::MAX),
-                        memory_mib: n.memory_mib,
-                        power: SlotPower::Up,
-                    }
-                })
-                .collect(),
+            frame: Frame::of(
+                st.cfg,
+                &st.nodes
+                    .iter()
+                    .map(|n| {
+                        let t = n.res.gpu_type.unwrap_or(0);
+                        NodeInfo {
+                            name: n.name.as_str().into(),
+                            features: vec![st.cfg.gpu_types[t].name.clone()],
+                            gpus: n.gpus.iter().map(|&g| (st.gpus[g].index, t)).collect(),
+                            cpus: u32::try_from(n.cpu_milli / 1000).unwrap_or(u32::MAX),
+                            memory_mib: n.memory_mib,
+                            power: SlotPower::Up,
+                        }
+                    })
+                    .collect::<Vec<_>>(),
+            ),
+            holdings: Vec::new(),
+            pending: Vec::new(),
+            reading: FxHashMap::default(),
             users: Vec::new(),
             as_asked: FxHashSet::default(),
         }
@@ -166,18 +177,11 @@ impl<'w> Shipped<'w> {
         self.users[u].clone()
     }
 
-    /// The plugin's view at `at`: the cluster as it stands (nothing changed since `at`).
-    fn take_snapshot(&mut self, st: &State<'_>, at: f64, waiting: &[usize]) -> Snapshot {
-        // Node power states as Slurm's node table shows them (a powering-down node can only be
-        // had powered down and resumed).
-        for (info, n) in self.nodes.iter_mut().zip(&st.nodes) {
-            info.power = match n.power {
-                PowerState::Up => SlotPower::Up,
-                PowerState::Booting => SlotPower::Booting,
-                PowerState::PoweringDown | PowerState::Off => SlotPower::Down,
-            };
-        }
-        let mut holdings = Vec::new();
+    /// Takes the plugin's view at `at`: the cluster as it stands (nothing changed since `at`),
+    /// written over the last snapshot's buffers.
+    fn take_snapshot(&mut self, st: &State<'_>, at: f64, waiting: &[usize]) {
+        let mut holdings = std::mem::take(&mut self.holdings);
+        holdings.clear();
         for g in &st.gpus {
             for &j in &g.jobs {
                 let job = &st.jobs[j];
@@ -185,22 +189,29 @@ impl<'w> Shipped<'w> {
                 let user = self.user(job.user);
                 // As the snapshot thread reads it: the class its AdminComment names, else the
                 // stand-in for its request; the limit, scaled for a job heshare limited for a
-                // slower type than it runs on.
-                let hint = self.hints.get(&j);
-                let class = match hint.map(|h| &h.class) {
-                    Some(HintClass::Catalog(c)) => *c,
-                    _ => crate::slurm::snapshot::stand_in_class(
-                        st.cfg,
-                        (!job.exclusive).then(|| job.share.get()),
-                    ),
+                // slower type than it runs on. Neither changes while the job runs.
+                let (class, hold) = match self.reading.get(&j) {
+                    Some(&r) => r,
+                    None => {
+                        let hint = self.hints.get(&j);
+                        let class = match hint.map(|h| &h.class) {
+                            Some(HintClass::Catalog(c)) => *c,
+                            _ => crate::slurm::snapshot::stand_in_class(
+                                st.cfg,
+                                (!job.exclusive).then(|| job.share.get()),
+                            ),
+                        };
+                        let hold = crate::slurm::snapshot::expected_hold(
+                            st.cfg,
+                            Some(job.limit_s),
+                            Some(class),
+                            hint.and_then(|h| h.limit_type),
+                            Some(g.gpu_type),
+                        );
+                        self.reading.insert(j, (class, hold));
+                        (class, hold)
+                    }
                 };
-                let hold = crate::slurm::snapshot::expected_hold(
-                    st.cfg,
-                    Some(job.limit_s),
-                    Some(class),
-                    hint.and_then(|h| h.limit_type),
-                    Some(g.gpu_type),
-                );
                 holdings.push(Holding {
                     node: g.node,
                     gpu_index: g.index,
@@ -215,26 +226,37 @@ impl<'w> Shipped<'w> {
                 });
             }
         }
-        let pending: Vec<Pending> = waiting
-            .iter()
-            .map(|&j| {
-                let job = &st.jobs[j];
-                match self.held.get(&j) {
-                    Some(h) => Pending {
-                        types: h.gres.types.clone(),
-                        gpus: h
-                            .gres
-                            .mps_pct
-                            .map_or(f64::from(h.gres.gpus), |p| f64::from(p) / 100.0),
-                    },
-                    None => Pending {
-                        types: job.gpu_types.clone(),
-                        gpus: f64::from(job.num_gpus) * f64::from(job.gpu_milli) / 1000.0,
-                    },
-                }
-            })
-            .collect();
-        Snapshot::build(st.cfg, at, &self.nodes, &holdings, &pending)
+        let mut pending = std::mem::take(&mut self.pending);
+        pending.clear();
+        pending.extend(waiting.iter().map(|&j| {
+            let job = &st.jobs[j];
+            match self.held.get(&j) {
+                Some(h) => Pending {
+                    types: h.gres.types.clone(),
+                    gpus: h
+                        .gres
+                        .mps_pct
+                        .map_or(f64::from(h.gres.gpus), |p| f64::from(p) / 100.0),
+                },
+                None => Pending {
+                    types: job.gpu_types.clone(),
+                    gpus: f64::from(job.num_gpus) * f64::from(job.gpu_milli) / 1000.0,
+                },
+            }
+        }));
+        // Node power states as Slurm's node table shows them (a powering-down node can only be
+        // had powered down and resumed).
+        let power = |n: usize| match st.nodes[n].power {
+            PowerState::Up => SlotPower::Up,
+            PowerState::Booting => SlotPower::Booting,
+            PowerState::PoweringDown | PowerState::Off => SlotPower::Down,
+        };
+        match self.snapshot.as_mut() {
+            Some(snap) => self.frame.refill(snap, at, power, &holdings, &pending),
+            None => self.snapshot = Some(self.frame.snapshot(at, power, &holdings, &pending)),
+        }
+        self.holdings = holdings;
+        self.pending = pending;
     }
 
     /// The plugin's decision for job `j`, submitted now.
@@ -428,8 +450,7 @@ impl Scheduler for Shipped<'_> {
         if !revisits && st.next_submit_s >= at + self.period_s {
             return false;
         }
-        let snap = self.take_snapshot(st, at, waiting);
-        self.snapshot = Some(snap);
+        self.take_snapshot(st, at, waiting);
         self.version = st.version;
         if !st.cfg.live.reroute_pending {
             return false;
@@ -500,6 +521,7 @@ impl Scheduler for Shipped<'_> {
 
     fn finished(&mut self, st: &State<'_>, j: usize) {
         self.hints.remove(&j);
+        self.reading.remove(&j);
         if let Some(keys) = self.keys.remove(&j) {
             self.profiles.ended(st, j, keys);
         }
