@@ -688,14 +688,20 @@ impl<'a> Job<'a> {
 }
 
 /// The first reason each GPU type was turned down for, by type name.
-#[derive(Default)]
-struct Rejections(BTreeMap<String, String>);
+struct Rejections(BTreeMap<String, String>, bool);
 
 impl Rejections {
-    /// Keeps only the first reason per type: the text is built only then.
+    /// Reasons kept as text, or (`quiet`) only the types turned down.
+    fn new(quiet: bool) -> Rejections {
+        Rejections(BTreeMap::new(), quiet)
+    }
+
+    /// Keeps only the first reason per type: the text is built only then, and never when
+    /// quiet.
     fn add(&mut self, gpu_type: &str, why: impl FnOnce() -> String) {
         if !self.0.contains_key(gpu_type) {
-            self.0.insert(gpu_type.to_owned(), why());
+            let why = if self.1 { String::new() } else { why() };
+            self.0.insert(gpu_type.to_owned(), why);
         }
     }
 
@@ -755,7 +761,7 @@ fn plan_for(
     queues: &[TypeQueue],
     ctx: &mut PlaceContext,
 ) -> Result<Plan, PlacementError> {
-    let mut rejections = Rejections::default();
+    let mut rejections = Rejections::new(ctx.quiet);
     let groups = filter_stage(cfg, job, view, &mut rejections);
     let type_level = view.iter().all(|g| g.node.is_empty());
     let sizing = sizing(cfg, job, view, queues);
@@ -1466,7 +1472,7 @@ fn whole_gpus_on_one_node(
     }
     // Nodes in order of first appearance; the map keeps this linear on a 6,000-GPU view.
     let mut by_node: Vec<(&str, Vec<u32>)> = Vec::new();
-    let mut at: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    let mut at: rustc_hash::FxHashMap<&str, usize> = rustc_hash::FxHashMap::default();
     for &i in slots {
         let s = view[i];
         match at.get(&*s.node) {
@@ -1492,8 +1498,12 @@ struct UserIds(BTreeMap<String, u32>);
 
 impl UserIds {
     fn id(&mut self, name: &str) -> u32 {
+        if let Some(&id) = self.0.get(name) {
+            return id;
+        }
         let next = u32::try_from(self.0.len()).unwrap_or(u32::MAX);
-        *self.0.entry(name.to_owned()).or_insert(next)
+        self.0.insert(name.to_owned(), next);
+        next
     }
 }
 

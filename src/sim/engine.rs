@@ -1088,6 +1088,11 @@ fn reserve(st: &State<'_>, h: usize) -> Option<Reservation> {
     let share = super::schedulers::is_share(job);
     let want = u32::from(trace_share(job).get());
     let mut best: Option<Reservation> = None;
+    // Per node, reused: its GPUs the job may have, and the jobs there with when each ends at
+    // the latest.
+    let mut allowed: Vec<usize> = Vec::new();
+    let mut ending: Vec<(f64, usize)> = Vec::new();
+    let mut here: Vec<usize> = Vec::new();
     for (n, node) in st.nodes.iter().enumerate() {
         if node.power == PowerState::PoweringDown
             || i64::try_from(node.cpu_milli).unwrap_or(i64::MAX) < job.pod.cpu_milli
@@ -1095,25 +1100,32 @@ fn reserve(st: &State<'_>, h: usize) -> Option<Reservation> {
         {
             continue;
         }
-        let allowed: Vec<usize> = node
-            .gpus
-            .iter()
-            .copied()
-            .filter(|&g| st.type_allowed(job, st.gpus[g].gpu_type))
-            .collect();
+        allowed.clear();
+        allowed.extend(
+            node.gpus
+                .iter()
+                .copied()
+                .filter(|&g| st.type_allowed(job, st.gpus[g].gpu_type)),
+        );
         if allowed.len() < job.num_gpus as usize {
             continue;
         }
         // The jobs here, by when they end at the latest.
-        let mut here: Vec<usize> = node
-            .gpus
-            .iter()
-            .flat_map(|&g| st.gpus[g].jobs.iter().copied())
-            .collect();
+        here.clear();
+        here.extend(
+            node.gpus
+                .iter()
+                .flat_map(|&g| st.gpus[g].jobs.iter().copied()),
+        );
         here.sort_unstable();
         here.dedup();
         let end = |j: usize| st.jobs[j].ends_by_limit(node.boot_until);
-        here.sort_by(|&a, &b| end(a).total_cmp(&end(b)));
+        ending.clear();
+        ending.extend(here.iter().map(|&j| (end(j), j)));
+        // Stable, by end alone: the order `here` had among equal ends stays.
+        ending.sort_by(|a, b| a.0.total_cmp(&b.0));
+        here.clear();
+        here.extend(ending.iter().map(|&(_, j)| j));
         let fits = |gone: usize| {
             let left = &here[gone..];
             let cpu: i64 = left.iter().map(|&j| st.jobs[j].pod.cpu_milli).sum();
@@ -1143,7 +1155,7 @@ fn reserve(st: &State<'_>, h: usize) -> Option<Reservation> {
         let at = if gone == 0 {
             st.now.max(node.boot_until)
         } else {
-            end(here[gone - 1]).max(st.now)
+            ending[gone - 1].0.max(st.now)
         };
         if best.is_none_or(|b| at < b.shadow_s) {
             best = Some(Reservation {
@@ -1155,9 +1167,6 @@ fn reserve(st: &State<'_>, h: usize) -> Option<Reservation> {
     best
 }
 
-/// Whether job `j` could possibly start on `node`: an allowed GPU type, enough idle GPUs for a
-/// whole-GPU job or a GPU not held exclusively with room left for a share. A cheap necessary
-/// condition; the scheduler still decides.
 fn could_use(st: &State<'_>, j: usize, node: usize) -> bool {
     let job = &st.jobs[j];
     let n = &st.nodes[node];
