@@ -769,6 +769,9 @@ fn plan_for(
     // Stage 2: evaluate each group, then each full type at the wait it implies.
     let mut raw: Vec<Candidate> = Vec::new();
     let mut usable = vec![false; cfg.gpu_types.len()];
+    // What the job is on each type, worked out at its first group (`None` until then).
+    let mut on_types: Vec<Option<Option<OnType<'_>>>> =
+        (0..cfg.gpu_types.len()).map(|_| None).collect();
     for ((type_idx, power, jobs), slots) in &groups {
         let place = if job.req.gpus > 1 {
             match whole_gpus_on_one_node(view, slots, job.req.gpus, type_level) {
@@ -790,11 +793,17 @@ fn plan_for(
         };
         let before = raw.len();
         let node_gpus = view[slots[0]].node_gpus;
+        let on = on_types[*type_idx]
+            .get_or_insert_with(|| on_type(cfg, job, sizing, *type_idx, &mut rejections));
+        let Some(on) = on.as_ref() else {
+            continue;
+        };
         evaluate(
             cfg,
             job,
             sizing,
             *type_idx,
+            on,
             jobs,
             place,
             (None, *power, node_gpus),
@@ -813,18 +822,26 @@ fn plan_for(
             continue;
         }
         match q.wait_s(job.req.gpus) {
-            Some(wait) => evaluate(
-                cfg,
-                job,
-                sizing,
-                t,
-                &[],
-                (None, vec![]),
-                (Some(wait), SlotPower::Up, 1),
-                ctx,
-                &mut rejections,
-                &mut raw,
-            ),
+            Some(wait) => {
+                let on = on_types[t]
+                    .get_or_insert_with(|| on_type(cfg, job, sizing, t, &mut rejections));
+                let Some(on) = on.as_ref() else {
+                    continue;
+                };
+                evaluate(
+                    cfg,
+                    job,
+                    sizing,
+                    t,
+                    on,
+                    &[],
+                    (None, vec![]),
+                    (Some(wait), SlotPower::Up, 1),
+                    ctx,
+                    &mut rejections,
+                    &mut raw,
+                );
+            }
             None => rejections.add(&gpu.name, || {
                 format!(
                     "full, and no GPU of this type is expected to free for {} GPUs",
@@ -855,21 +872,27 @@ fn plan_for(
     })
 }
 
-/// Stage 2 for one group of identical GPUs (or a full type, `jobs` empty and `queued_s` its
-/// expected wait): every way the job may use such a GPU, planned by the sharing optimizer.
-#[allow(clippy::too_many_arguments)]
-fn evaluate(
-    cfg: &Config,
-    job: &Job<'_>,
+/// What the job is on one GPU type, the same for every group of its GPUs: its class sized for
+/// the type, the slowdown its time limit allows there and its bound, its risk of a kill, and
+/// whether it must have a GPU of its own or keep the default clock.
+struct OnType<'a> {
+    class: std::borrow::Cow<'a, JobClass>,
+    cap: Option<f64>,
+    bound: f64,
+    risk: Option<super::belief::LimitRisk>,
+    killed_here: bool,
+    default_clock: bool,
+}
+
+/// [`OnType`] for `type_idx`, or `None` where the type is turned down for the job itself (its
+/// reason added to `rejections`).
+fn on_type<'a>(
+    cfg: &'a Config,
+    job: &Job<'a>,
     sizing: Sizing,
     type_idx: usize,
-    jobs: &[&PlacedJob],
-    (node, indices): (Option<String>, Vec<u32>),
-    (queued_s, power, node_gpus): (Option<f64>, SlotPower, u32),
-    ctx: &mut PlaceContext,
     rejections: &mut Rejections,
-    out: &mut Vec<Candidate>,
-) {
+) -> Option<OnType<'a>> {
     let gpu = &cfg.gpu_types[type_idx];
     let reference = &cfg.gpu_types[cfg.reference_gpu];
     // Sized for this type: larger where the catalog's speed here is not measured.
@@ -899,7 +922,7 @@ fn evaluate(
                     Seconds(limit)
                 )
             });
-            return;
+            return None;
         }
     }
     // Its runs here ran out of time even with whole GPUs, with a limit no shorter than its
@@ -909,7 +932,7 @@ fn evaluate(
         rejections.add(&gpu.name, || {
             "a recent run here was killed at its time limit with a GPU of its own".into()
         });
-        return;
+        return None;
     }
     // A run of it killed at its limit beside a neighbour: a GPU of its own. A neighbour's
     // contention varies several-fold from pair to pair (Gavel's measured pairs), beyond what the
@@ -936,6 +959,45 @@ fn evaluate(
     let risk = sizing
         .absolute
         .map(|limit| super::belief::LimitRisk::of(cfg, class, gpu, written_for, limit));
+    Some(OnType {
+        class: sized,
+        cap,
+        bound,
+        risk,
+        killed_here,
+        default_clock,
+    })
+}
+
+/// Stage 2 for one group of identical GPUs (or a full type, `jobs` empty and `queued_s` its
+/// expected wait): every way the job may use such a GPU, planned by the sharing optimizer.
+#[allow(clippy::too_many_arguments)]
+fn evaluate(
+    cfg: &Config,
+    job: &Job<'_>,
+    sizing: Sizing,
+    type_idx: usize,
+    on: &OnType<'_>,
+    jobs: &[&PlacedJob],
+    (node, indices): (Option<String>, Vec<u32>),
+    (queued_s, power, node_gpus): (Option<f64>, SlotPower, u32),
+    ctx: &mut PlaceContext,
+    rejections: &mut Rejections,
+    out: &mut Vec<Candidate>,
+) {
+    let gpu = &cfg.gpu_types[type_idx];
+    let reference = &cfg.gpu_types[cfg.reference_gpu];
+    let OnType {
+        class,
+        cap,
+        bound,
+        risk,
+        killed_here,
+        default_clock,
+    } = on;
+    let class: &JobClass = class;
+    let (cap, bound, risk, killed_here, default_clock) =
+        (*cap, *bound, *risk, *killed_here, *default_clock);
     // Slurm's power saving: waking a node costs its boot (a wait) and keeps it on, idle GPUs
     // and host, for the boot and at least SuspendTime after.
     let (boot_s, wake_j) = match power {
@@ -1492,18 +1554,21 @@ fn whole_gpus_on_one_node(
     })
 }
 
-/// Stable small ids for user names, so the model can tell users apart without strings.
+/// Stable small ids for user names, so the model can tell users apart without strings: each
+/// name's place in order of first appearance (a GPU holds a few users).
 #[derive(Default)]
-struct UserIds(BTreeMap<String, u32>);
+struct UserIds<'a>(Vec<&'a str>);
 
-impl UserIds {
-    fn id(&mut self, name: &str) -> u32 {
-        if let Some(&id) = self.0.get(name) {
-            return id;
-        }
-        let next = u32::try_from(self.0.len()).unwrap_or(u32::MAX);
-        self.0.insert(name.to_owned(), next);
-        next
+impl<'a> UserIds<'a> {
+    fn id(&mut self, name: &'a str) -> u32 {
+        let i = match self.0.iter().position(|&u| u == name) {
+            Some(i) => i,
+            None => {
+                self.0.push(name);
+                self.0.len() - 1
+            }
+        };
+        u32::try_from(i).unwrap_or(u32::MAX)
     }
 }
 
