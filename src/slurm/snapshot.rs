@@ -169,8 +169,8 @@ impl Frame {
         snap
     }
 
-    /// [`Frame::snapshot`] written over `snap`, an earlier snapshot of this frame, whose buffers
-    /// it reuses: what a caller taking one snapshot after another keeps.
+    /// [`Frame::snapshot`] written over `snap`, whose buffers it reuses: what a caller taking one
+    /// snapshot after another keeps. Any snapshot will do; one of this frame reuses the most.
     pub fn refill(
         &self,
         snap: &mut Snapshot,
@@ -179,15 +179,24 @@ impl Frame {
         holdings: &[Holding],
         pending: &[Pending],
     ) {
+        if snap.view.gpus.len() != self.gpus.len() || snap.view.queues.len() != self.queues.len() {
+            // Not a snapshot of this frame: nothing of it can be reused.
+            *snap = self.snapshot(taken_at_s, power, holdings, pending);
+            return;
+        }
         let types = self.queues.len();
         snap.taken_at_s = taken_at_s;
+        snap.feature_types.clone_from(&self.feature_types);
+        snap.hosts.clone_from(&self.hosts);
         let view = &mut snap.view;
-        debug_assert_eq!(
-            view.gpus.len(),
-            self.gpus.len(),
-            "a snapshot of another frame"
-        );
-        for (slot, &n) in view.gpus.iter_mut().zip(&self.slot_node) {
+        for ((slot, base), &n) in view.gpus.iter_mut().zip(&self.gpus).zip(&self.slot_node) {
+            // The slot as framed (the same unless `snap` came from another frame of that size).
+            if !std::sync::Arc::ptr_eq(&slot.node, &base.node) {
+                slot.node = std::sync::Arc::clone(&base.node);
+            }
+            slot.index = base.index;
+            slot.gpu_type = base.gpu_type;
+            slot.node_gpus = base.node_gpus;
             slot.jobs.clear();
             slot.power = power(n);
         }
@@ -753,6 +762,28 @@ mod tests {
         assert_eq!(snap.feature_types, fresh.feature_types);
         assert_eq!(snap.hosts, fresh.hosts);
         assert_eq!(snap.view.queues[t4].frees_in_s, vec![500.0]);
+        // A snapshot of another frame, of the same size (the nodes the other way round) or not
+        // (the t4 node alone), is written over as if built afresh.
+        let others = [
+            vec![nodes[1].clone(), nodes[0].clone()],
+            vec![nodes[1].clone()],
+        ];
+        for other in others {
+            let moved: Vec<Holding> = later
+                .iter()
+                .map(|h| Holding {
+                    node: 0,
+                    ..h.clone()
+                })
+                .collect();
+            let mut reused = snap.clone();
+            Frame::of(&cfg, &other).refill(&mut reused, 90.0, |n| other[n].power, &moved, &pending);
+            let fresh = Snapshot::build(&cfg, 90.0, &other, &moved, &pending);
+            assert_eq!(reused.view, fresh.view);
+            assert_eq!(reused.idle, fresh.idle);
+            assert_eq!(reused.feature_types, fresh.feature_types);
+            assert_eq!(reused.hosts, fresh.hosts);
+        }
     }
 
     #[test]
