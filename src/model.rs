@@ -444,12 +444,23 @@ pub fn predict(
 pub struct Predictor<'t, 'c> {
     gpu: &'t GpuType,
     tenants: &'t [Tenant<'c>],
-    /// Per tenant: `need` and `alone_runtime` on this type, and for training its speed.
-    fixed: Vec<(f64, f64, f64)>,
+    /// Per tenant, what does not depend on the clock.
+    fixed: Vec<Fixed>,
     /// One user (or none): every tenant gets all of its context's time.
     one_user: bool,
     busy: Vec<f64>,
     draws: Vec<f64>,
+}
+
+/// One tenant on the predictor's GPU type, whatever the clock.
+#[derive(Clone, Copy)]
+struct Fixed {
+    /// [`need`] on this type.
+    need: f64,
+    /// [`alone_runtime`] on this type, seconds.
+    alone_s: f64,
+    /// [`relative_speed`] on this type; unused (NaN) for inference.
+    speed: f64,
 }
 
 impl<'t, 'c> Predictor<'t, 'c> {
@@ -461,11 +472,11 @@ impl<'t, 'c> Predictor<'t, 'c> {
                     JobKind::Training => relative_speed(t.class, gpu, reference),
                     JobKind::Inference => f64::NAN,
                 };
-                (
-                    need(t.class, gpu, reference),
-                    alone_runtime(t.class, gpu, reference).0,
+                Fixed {
+                    need: need(t.class, gpu, reference),
+                    alone_s: alone_runtime(t.class, gpu, reference).0,
                     speed,
-                )
+                }
             })
             .collect();
         Predictor {
@@ -496,17 +507,21 @@ impl<'t, 'c> Predictor<'t, 'c> {
         // Nominal busy share of each job (before contention), which is what it imposes on the
         // others.
         self.busy.clear();
-        self.busy
-            .extend(tenants.iter().zip(&self.fixed).map(|(t, &(need, _, _))| {
-                let s = t.share.fraction();
-                match t.class.kind {
-                    JobKind::Training => s.min(t.class.demand),
-                    JobKind::Inference => {
-                        let load = need * time_factor(t.class, gpu, f, stretch) / s;
-                        s * load.min(1.0)
+        self.busy.extend(
+            tenants
+                .iter()
+                .zip(&self.fixed)
+                .map(|(t, &Fixed { need, .. })| {
+                    let s = t.share.fraction();
+                    match t.class.kind {
+                        JobKind::Training => s.min(t.class.demand),
+                        JobKind::Inference => {
+                            let load = need * time_factor(t.class, gpu, f, stretch) / s;
+                            s * load.min(1.0)
+                        }
                     }
-                }
-            }));
+                }),
+        );
         let nominal_busy = &self.busy;
         let total_pressure: f64 = tenants
             .iter()
@@ -518,7 +533,7 @@ impl<'t, 'c> Predictor<'t, 'c> {
         draws.clear();
         let jobs = &mut out.jobs;
         jobs.clear();
-        for (k, ((t, &busy), &(need, alone, speed))) in tenants
+        for (k, ((t, &busy), fx)) in tenants
             .iter()
             .zip(nominal_busy)
             .zip(&self.fixed)
@@ -535,12 +550,12 @@ impl<'t, 'c> Predictor<'t, 'c> {
                     let occupancy = t.class.demand;
                     let share_stretch = (occupancy / s).max(1.0);
                     let tf = time_factor(t.class, gpu, f, stretch * share_stretch);
-                    let runtime = t.class.reference_runtime_s / speed * tf * contention * serial;
+                    let runtime = t.class.reference_runtime_s / fx.speed * tf * contention * serial;
                     (runtime, t.class.power_util * (s / occupancy).min(1.0))
                 }
                 JobKind::Inference => {
                     let load =
-                        need * time_factor(t.class, gpu, f, stretch) / s * contention * serial;
+                        fx.need * time_factor(t.class, gpu, f, stretch) / s * contention * serial;
                     let runtime = t.class.reference_runtime_s * load.max(1.0);
                     (runtime, t.class.power_util * s * load.min(1.0))
                 }
@@ -548,7 +563,7 @@ impl<'t, 'c> Predictor<'t, 'c> {
             draws.push(draw);
             jobs.push(JobPrediction {
                 runtime: Seconds(runtime),
-                slowdown: runtime / alone,
+                slowdown: runtime / fx.alone_s,
                 busy,
                 power: Watts(0.0),
             });
