@@ -1167,6 +1167,9 @@ fn reserve(st: &State<'_>, h: usize) -> Option<Reservation> {
     best
 }
 
+/// Whether job `j` could possibly start on `node`: an allowed GPU type, enough idle GPUs for a
+/// whole-GPU job or a GPU not held exclusively with room left for a share. A cheap necessary
+/// condition; the scheduler still decides.
 fn could_use(st: &State<'_>, j: usize, node: usize) -> bool {
     let job = &st.jobs[j];
     let n = &st.nodes[node];
