@@ -763,7 +763,6 @@ impl World {
     /// [`TIME_SLICE_EFFICIENCY`] while two or more contexts have work.
     pub fn gpu(&self, t: usize, clock_mhz: f64, occ: &[Occupant<'_>]) -> GpuTruth {
         let ty = &self.types[t];
-        let r = (clock_mhz / ty.max_clock_mhz).clamp(0.01, 1.0);
         let mut group = self.mps_group(t, clock_mhz, occ);
         let natives: Vec<usize> = (0..occ.len())
             .filter(|&k| occ[k].runs == Runs::Native)
@@ -822,7 +821,7 @@ impl World {
             group.busy = got.iter().sum::<f64>().min(1.0);
         }
         let total_draw: f64 = group.draw.iter().sum();
-        let dvfs = ty.beta + (1.0 - ty.beta) * r.powf(ty.gamma);
+        let dvfs = self.dvfs(t, self.clock_terms(t, clock_mhz));
         let work = (ty.max_w - ty.idle_w) * total_draw.min(1.0) * dvfs;
         // A context held (an MPS server with clients, a job outside MPS) keeps the GPU in a
         // higher performance state than bare idle, whether or not it computes; work at least
@@ -917,6 +916,13 @@ impl World {
             r: (clock_mhz / ty.max_clock_mhz).clamp(0.01, 1.0),
             stretch: ty.default_clock_mhz / clock_mhz.max(1.0),
         }
+    }
+
+    /// Type `t`'s busy power at `clock` as a fraction of its power at the maximum clock (the power
+    /// curve the world fits to Zeus's sweeps).
+    fn dvfs(&self, t: usize, clock: ClockTerms) -> f64 {
+        let ty = &self.types[t];
+        ty.beta + (1.0 - ty.beta) * clock.r.powf(ty.gamma)
     }
 
     /// An MPS client's nominal busy share of the GPU (what it imposes on the others) and its
@@ -1031,11 +1037,9 @@ impl World {
         } else {
             busy.min(1.0)
         };
-        let r = (clock_mhz / ty.max_clock_mhz).clamp(0.01, 1.0);
-        let dvfs = ty.beta + (1.0 - ty.beta) * r.powf(ty.gamma);
         AlonePoint {
             rate,
-            work_w: (ty.max_w - ty.idle_w) * draw.min(1.0) * dvfs,
+            work_w: (ty.max_w - ty.idle_w) * draw.min(1.0) * self.dvfs(t, clock),
             busy: time.clamp(0.0, 1.0),
             static_w: ty.idle_w + ty.context_w,
         }
@@ -1354,12 +1358,6 @@ mod tests {
         assert!(p.jobs[0].slowdown < 1.01, "the old catalog's claim");
     }
 
-    /// Issue 16: every energy figure was once computed with the catalog's own power table. The
-    /// world's idle power must differ from the catalog's for every type (measured elsewhere, or
-    /// the catalog's perturbed); its maximum may equal the catalog's only where it is a
-    /// measurement (the top of a Zeus sweep is the board's power cap, which the datasheet the
-    /// catalog cites also gives: P100 250 W, the A10's 150 W), and the measured ones must be the
-    /// measurements.
     /// `alone_point` is the MPS model of one client, worked out without the group's buffers.
     #[test]
     fn a_job_alone_is_the_mps_group_of_that_job_alone() {
@@ -1385,8 +1383,7 @@ mod tests {
                     assert_eq!(a.rate, group.rate[0], "{} on {}", class.name, g.name);
                     assert_eq!(a.busy, group.time.clamp(0.0, 1.0));
                     let ty = &w.types[t];
-                    let r = (f / ty.max_clock_mhz).clamp(0.01, 1.0);
-                    let dvfs = ty.beta + (1.0 - ty.beta) * r.powf(ty.gamma);
+                    let dvfs = w.dvfs(t, w.clock_terms(t, f));
                     assert_eq!(
                         a.work_w,
                         (ty.max_w - ty.idle_w) * group.draw[0].min(1.0) * dvfs
@@ -1396,6 +1393,12 @@ mod tests {
         }
     }
 
+    /// Issue 16: every energy figure was once computed with the catalog's own power table. The
+    /// world's idle power must differ from the catalog's for every type (measured elsewhere, or
+    /// the catalog's perturbed); its maximum may equal the catalog's only where it is a
+    /// measurement (the top of a Zeus sweep is the board's power cap, which the datasheet the
+    /// catalog cites also gives: P100 250 W, the A10's 150 W), and the measured ones must be the
+    /// measurements.
     #[test]
     fn the_world_does_not_share_the_catalogs_power_table() {
         let cfg = cfg();
