@@ -769,9 +769,7 @@ fn plan_for(
     // Stage 2: evaluate each group, then each full type at the wait it implies.
     let mut raw: Vec<Candidate> = Vec::new();
     let mut usable = vec![false; cfg.gpu_types.len()];
-    // What the job is on each type, worked out at its first group (`None` until then).
-    let mut on_types: Vec<Option<Option<OnType<'_>>>> =
-        (0..cfg.gpu_types.len()).map(|_| None).collect();
+    let mut on_types = OnTypes::new(cfg.gpu_types.len());
     for ((type_idx, power, jobs), slots) in &groups {
         let place = if job.req.gpus > 1 {
             match whole_gpus_on_one_node(view, slots, job.req.gpus, type_level) {
@@ -793,17 +791,12 @@ fn plan_for(
         };
         let before = raw.len();
         let node_gpus = view[slots[0]].node_gpus;
-        let on = on_types[*type_idx]
-            .get_or_insert_with(|| on_type(cfg, job, sizing, *type_idx, &mut rejections));
-        let Some(on) = on.as_ref() else {
-            continue;
-        };
         evaluate(
             cfg,
             job,
             sizing,
             *type_idx,
-            on,
+            &mut on_types,
             jobs,
             place,
             (None, *power, node_gpus),
@@ -822,26 +815,19 @@ fn plan_for(
             continue;
         }
         match q.wait_s(job.req.gpus) {
-            Some(wait) => {
-                let on = on_types[t]
-                    .get_or_insert_with(|| on_type(cfg, job, sizing, t, &mut rejections));
-                let Some(on) = on.as_ref() else {
-                    continue;
-                };
-                evaluate(
-                    cfg,
-                    job,
-                    sizing,
-                    t,
-                    on,
-                    &[],
-                    (None, vec![]),
-                    (Some(wait), SlotPower::Up, 1),
-                    ctx,
-                    &mut rejections,
-                    &mut raw,
-                );
-            }
+            Some(wait) => evaluate(
+                cfg,
+                job,
+                sizing,
+                t,
+                &mut on_types,
+                &[],
+                (None, vec![]),
+                (Some(wait), SlotPower::Up, 1),
+                ctx,
+                &mut rejections,
+                &mut raw,
+            ),
             None => rejections.add(&gpu.name, || {
                 format!(
                     "full, and no GPU of this type is expected to free for {} GPUs",
@@ -882,6 +868,29 @@ struct OnType<'a> {
     risk: Option<super::belief::LimitRisk>,
     killed_here: bool,
     default_clock: bool,
+}
+
+/// [`OnType`] per GPU type, each worked out at the type's first group of a plan.
+struct OnTypes<'a>(Vec<Option<Option<OnType<'a>>>>);
+
+impl<'a> OnTypes<'a> {
+    fn new(types: usize) -> OnTypes<'a> {
+        OnTypes((0..types).map(|_| None).collect())
+    }
+
+    /// [`on_type`] for `type_idx`, worked out once.
+    fn get(
+        &mut self,
+        cfg: &'a Config,
+        job: &Job<'a>,
+        sizing: Sizing,
+        type_idx: usize,
+        rejections: &mut Rejections,
+    ) -> Option<&OnType<'a>> {
+        self.0[type_idx]
+            .get_or_insert_with(|| on_type(cfg, job, sizing, type_idx, rejections))
+            .as_ref()
+    }
 }
 
 /// [`OnType`] for `type_idx`, or `None` where the type is turned down for the job itself (its
@@ -972,12 +981,12 @@ fn on_type<'a>(
 /// Stage 2 for one group of identical GPUs (or a full type, `jobs` empty and `queued_s` its
 /// expected wait): every way the job may use such a GPU, planned by the sharing optimizer.
 #[allow(clippy::too_many_arguments)]
-fn evaluate(
-    cfg: &Config,
-    job: &Job<'_>,
+fn evaluate<'a>(
+    cfg: &'a Config,
+    job: &Job<'a>,
     sizing: Sizing,
     type_idx: usize,
-    on: &OnType<'_>,
+    on_types: &mut OnTypes<'a>,
     jobs: &[&PlacedJob],
     (node, indices): (Option<String>, Vec<u32>),
     (queued_s, power, node_gpus): (Option<f64>, SlotPower, u32),
@@ -987,17 +996,12 @@ fn evaluate(
 ) {
     let gpu = &cfg.gpu_types[type_idx];
     let reference = &cfg.gpu_types[cfg.reference_gpu];
-    let OnType {
-        class,
-        cap,
-        bound,
-        risk,
-        killed_here,
-        default_clock,
-    } = on;
-    let class: &JobClass = class;
+    let Some(on) = on_types.get(cfg, job, sizing, type_idx, rejections) else {
+        return;
+    };
+    let class: &JobClass = &on.class;
     let (cap, bound, risk, killed_here, default_clock) =
-        (*cap, *bound, *risk, *killed_here, *default_clock);
+        (on.cap, on.bound, on.risk, on.killed_here, on.default_clock);
     // Slurm's power saving: waking a node costs its boot (a wait) and keeps it on, idle GPUs
     // and host, for the boot and at least SuspendTime after.
     let (boot_s, wake_j) = match power {
