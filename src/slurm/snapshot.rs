@@ -161,9 +161,10 @@ impl Frame {
                 gpus: self.gpus.clone(),
                 queues: self.queues.clone(),
             },
+            // The rest is `refill`'s to write.
             idle: Vec::new(),
-            feature_types: self.feature_types.clone(),
-            hosts: self.hosts.clone(),
+            feature_types: Vec::new(),
+            hosts: Vec::new(),
         };
         self.refill(&mut snap, taken_at_s, power, holdings, pending);
         snap
