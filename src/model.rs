@@ -715,12 +715,16 @@ pub(crate) mod tests {
         time_slice_efficiency: 0.8,
     };
 
-    fn alone<'a>(c: &'a JobClass, share: u8) -> [Tenant<'a>; 1] {
-        [Tenant {
-            class: c,
+    fn tenant(class: &JobClass, share: u8, user: u32) -> Tenant<'_> {
+        Tenant {
+            class,
             share: SharePct::new(share).expect("valid share"),
-            user: 1,
-        }]
+            user,
+        }
+    }
+
+    fn alone(c: &JobClass, share: u8) -> [Tenant<'_>; 1] {
+        [tenant(c, share, 1)]
     }
 
     #[test]
@@ -748,23 +752,7 @@ pub(crate) mod tests {
         let r = gpu("v100", 1.0, 30.0, 300.0);
         let (t, i) = (training("t"), inference("i", 0.3));
         // Two users: the time slices are worked out per clock as well.
-        let tenants = [
-            Tenant {
-                class: &t,
-                share: SharePct::new(50).expect("valid"),
-                user: 1,
-            },
-            Tenant {
-                class: &i,
-                share: SharePct::new(30).expect("valid"),
-                user: 2,
-            },
-            Tenant {
-                class: &i,
-                share: SharePct::new(20).expect("valid"),
-                user: 1,
-            },
-        ];
+        let tenants = [tenant(&t, 50, 1), tenant(&i, 30, 2), tenant(&i, 20, 1)];
         let mut kept = Predictor::new(&g, &r, &tenants);
         let mut out = kept.at(g.default_sm_clock, P);
         // Down, then up again out of order: nothing of one clock may stay for the next.
@@ -809,18 +797,7 @@ pub(crate) mod tests {
     fn co_located_jobs_slow_each_other_and_split_the_power() {
         let g = gpu("v100", 1.0, 30.0, 300.0);
         let c = training("t");
-        let two = [
-            Tenant {
-                class: &c,
-                share: SharePct::new(50).expect("50"),
-                user: 1,
-            },
-            Tenant {
-                class: &c,
-                share: SharePct::new(50).expect("50"),
-                user: 1,
-            },
-        ];
+        let two = [tenant(&c, 50, 1), tenant(&c, 50, 1)];
         let p = predict(&g, &g, &two, g.default_sm_clock, P);
         // Clock-bound part doubles (0.4 * 2 + 0.6 = 1.4), contention 1 + 0.33 * 0.8 * 0.5.
         let expect = 1.4 * (1.0 + 0.33 * 0.4);
@@ -842,18 +819,7 @@ pub(crate) mod tests {
         );
         // Two users' light services fit in the time there is: both keep pace.
         let i = inference("i", 0.2);
-        let light = [
-            Tenant {
-                class: &i,
-                share: SharePct::new(30).expect("30"),
-                user: 1,
-            },
-            Tenant {
-                class: &i,
-                share: SharePct::new(30).expect("30"),
-                user: 2,
-            },
-        ];
+        let light = [tenant(&i, 30, 1), tenant(&i, 30, 2)];
         let l = predict(&g, &g, &light, g.default_sm_clock, P);
         assert!(l.jobs.iter().all(|j| j.slowdown < 1.0 + 1e-9), "{l:?}");
     }
