@@ -5,7 +5,7 @@ use crate::policy::EnergyPolicy;
 
 /// How the running Slurm spells GRES in TRES strings: `gres:gpu:1` up to 23.02, `gres/gpu:1`
 /// from 23.11 (DESIGN fact 3). Written back in the form it came in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum TresForm {
     Colon,
     Slash,

@@ -13,8 +13,9 @@
 
 use super::bindings as b;
 use super::request::{
-    Live, PendingJob, Site, merge_admin_comment, parse_tres_per_node, read_admin_comment, revisit,
+    Live, PendingJob, Site, merge_admin_comment, parse_tres_per_node, read_admin_comment,
 };
+use super::revisit::Redecisions;
 use super::snapshot::{
     Holding, JobGres, NodeInfo, Pending, Snapshot, constraint_types, job_gres, node_gpus,
     stand_in_class,
@@ -370,9 +371,11 @@ fn run(generation: u64, source: Source) {
                         now_s: now_s(),
                         max_age_s: cfg.live.snapshot_max_age_s,
                     };
-                    for (job_id, job, comment) in pending {
-                        if let Some(r) = revisit(&cfg, &site, live, &job, &mut ctx) {
-                            apply(&client, &cfg, job_id, &job, &r, &comment);
+                    // Copies of one script in the queue are decided once.
+                    let mut redecisions = Redecisions::default();
+                    for (job_id, job, comment) in &pending {
+                        if let Some(r) = redecisions.revisit(&cfg, &site, live, job, &mut ctx) {
+                            apply(&client, &cfg, *job_id, job, &r, comment);
                         }
                     }
                 }

@@ -6,6 +6,8 @@ use super::request::{Live, Rewrite, Site, Submission, Verdict, decide_with};
 use crate::config::Config;
 use crate::policy::{EnergyPolicy, PlaceContext, ShareRequest};
 use crate::profile::Learned;
+use rustc_hash::FxHashMap;
+use std::hash::{Hash, Hasher};
 
 /// What the snapshot thread knows of a pending job heshare placed (from Slurm's job table and the
 /// job's AdminComment), enough to place it again.
@@ -60,6 +62,118 @@ pub fn revisit(
     job: &PendingJob,
     ctx: &mut PlaceContext,
 ) -> Option<Revisit> {
+    settle(job, redecide(cfg, site, live, job, ctx))
+}
+
+/// Re-decides the pending jobs of one view: jobs whose decision reads the same inputs (the same
+/// request, user, limit, class and profile; the offer a movable job holds and its site factor are
+/// read only after the decision) are decided once. A queue holds many copies of one script, so
+/// this spares most of the work; each job's answer is exactly `revisit`'s.
+#[derive(Default)]
+pub struct Redecisions<'j> {
+    decided: FxHashMap<Inputs<'j>, Option<Rewrite>>,
+}
+
+impl<'j> Redecisions<'j> {
+    /// `revisit` for `job` on `live`, which must be the view every earlier call of this value
+    /// was given (a new view needs a new `Redecisions`).
+    pub fn revisit(
+        &mut self,
+        cfg: &Config,
+        site: &Site,
+        live: Live<'_>,
+        job: &'j PendingJob,
+        ctx: &mut PlaceContext,
+    ) -> Option<Revisit> {
+        let decided = self
+            .decided
+            .entry(Inputs(job))
+            .or_insert_with(|| redecide(cfg, site, live, job, ctx))
+            .clone();
+        settle(job, decided)
+    }
+
+    /// Decisions made so far (one per distinct set of inputs).
+    pub fn decided(&self) -> usize {
+        self.decided.len()
+    }
+}
+
+/// A pending job as its decision reads it: all of it but the offer it holds when it is movable
+/// (a typed job's type is its request) and its site factor.
+struct Inputs<'j>(&'j PendingJob);
+
+impl Inputs<'_> {
+    fn typed(&self) -> Option<usize> {
+        (!self.0.movable)
+            .then(|| self.0.offered.first().copied())
+            .flatten()
+    }
+}
+
+impl PartialEq for Inputs<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        let (a, b) = (self.0, other.0);
+        a.class == b.class
+            && a.user == b.user
+            && a.gpus == b.gpus
+            && a.mps_pct == b.mps_pct
+            && a.energy_policy == b.energy_policy
+            && a.time_limit_s.map(f64::to_bits) == b.time_limit_s.map(f64::to_bits)
+            && a.cpus == b.cpus
+            && a.memory_mib == b.memory_mib
+            && a.movable == b.movable
+            && self.typed() == other.typed()
+            && a.form == b.form
+            && a.asked == b.asked
+            && a.demand_pct == b.demand_pct
+            && match (&a.learned, &b.learned) {
+                (None, None) => true,
+                (Some(x), Some(y)) => {
+                    x.key == y.key
+                        && x.level == y.level
+                        && x.runs == y.runs
+                        && x.measured == y.measured
+                        && x.overruled == y.overruled
+                        && (std::sync::Arc::ptr_eq(&x.class, &y.class) || x.class == y.class)
+                }
+                _ => false,
+            }
+    }
+}
+
+// Equal classes compare equal only where none of their numbers is NaN; a class that is not equal
+// to itself is only decided again, never given another job's decision.
+impl Eq for Inputs<'_> {}
+
+impl Hash for Inputs<'_> {
+    fn hash<H: Hasher>(&self, h: &mut H) {
+        let j = self.0;
+        j.class.hash(h);
+        j.user.hash(h);
+        j.gpus.hash(h);
+        j.mps_pct.hash(h);
+        j.energy_policy.hash(h);
+        j.time_limit_s.map(f64::to_bits).hash(h);
+        j.movable.hash(h);
+        self.typed().hash(h);
+        j.asked.hash(h);
+        j.demand_pct.hash(h);
+        if let Some(l) = &j.learned {
+            l.key.hash(h);
+            l.runs.hash(h);
+        }
+    }
+}
+
+/// The decision on the newer view, before what the job holds is compared with it.
+fn redecide(
+    cfg: &Config,
+    site: &Site,
+    live: Live<'_>,
+    job: &PendingJob,
+    ctx: &mut PlaceContext,
+) -> Option<Rewrite> {
     live.fresh()?;
     let typed = (!job.movable)
         .then(|| job.offered.first().copied())
@@ -101,9 +215,15 @@ pub fn revisit(
         learned: job.learned.as_ref(),
         ..Submission::new(Some(&ask), &opts, &job.user)
     };
-    let Verdict::Rewrite(mut r) = decide_with(cfg, site, live, &sub, ctx) else {
-        return None;
-    };
+    match decide_with(cfg, site, live, &sub, ctx) {
+        Verdict::Rewrite(r) => Some(r),
+        _ => None,
+    }
+}
+
+/// What Slurm should change for `job`, given the decision on the newer view.
+fn settle(job: &PendingJob, decided: Option<Rewrite>) -> Option<Revisit> {
+    let mut r = decided?;
     // Slurm changes a pending job's features, not its GRES: a decision that holds only with
     // another share (a whole GPU where its time limit leaves no room to share, say) cannot be
     // carried out, and following its types would start the job with the old share where the
@@ -348,6 +468,99 @@ mod tests {
         ] {
             assert_eq!(revisit(&cfg, &site, live, &other, &mut ctx), None);
         }
+    }
+
+    /// Deciding a queue once per distinct job gives every job exactly what deciding it alone
+    /// gives: jobs that differ only in the offer they hold or their site factor share a decision,
+    /// and a job that differs in anything the decision reads gets its own.
+    #[test]
+    fn a_queue_is_re_decided_once_per_distinct_job() {
+        let cfg = cfg();
+        let site = local_site(&cfg);
+        let nodes = local_nodes(&cfg);
+        let a100 = cfg.gpu_type("a100").expect("a100");
+        let v100 = cfg.gpu_type("v100m16").expect("v100m16");
+        let held = a100s_held_two_days(&cfg, &nodes);
+        let live = Live {
+            snapshot: Some(&held),
+            now_s: 0.0,
+            max_age_s: 60.0,
+        };
+        let base = PendingJob {
+            class: "bert-train".into(),
+            user: "1000".into(),
+            gpus: 1,
+            mps_pct: None,
+            energy_policy: None,
+            time_limit_s: Some(7200.0),
+            cpus: None,
+            memory_mib: None,
+            offered: vec![a100],
+            form: TresForm::Colon,
+            movable: true,
+            asked: Some(ShareRequest::Exclusive),
+            demand_pct: None,
+            site_factor: Some(0),
+            learned: None,
+        };
+        let queue = [
+            base.clone(),
+            // Read only after the decision: shares the first one's.
+            PendingJob {
+                offered: vec![v100, a100],
+                ..base.clone()
+            },
+            PendingJob {
+                site_factor: Some(-40),
+                ..base.clone()
+            },
+            // Each of these reads differently.
+            PendingJob {
+                user: "2000".into(),
+                ..base.clone()
+            },
+            PendingJob {
+                time_limit_s: Some(600.0),
+                ..base.clone()
+            },
+            PendingJob {
+                mps_pct: Some(50),
+                asked: Some(ShareRequest::Pct(SharePct::new(50).expect("50"))),
+                ..base.clone()
+            },
+            PendingJob {
+                class: "vit-infer".into(),
+                ..base.clone()
+            },
+            PendingJob {
+                learned: Some(learned_service(&cfg, vec![])),
+                ..base.clone()
+            },
+            // A typed job's type is its request.
+            PendingJob {
+                movable: false,
+                ..base.clone()
+            },
+            PendingJob {
+                movable: false,
+                offered: vec![v100],
+                ..base.clone()
+            },
+        ];
+        let mut ctx = PlaceContext::default();
+        let mut once = Redecisions::default();
+        let mut some = 0;
+        for job in &queue {
+            let alone = revisit(&cfg, &site, live, job, &mut PlaceContext::default());
+            some += usize::from(alone.is_some());
+            assert_eq!(
+                once.revisit(&cfg, &site, live, job, &mut ctx),
+                alone,
+                "{job:?}"
+            );
+        }
+        assert!(some >= 3, "only {some} of the queue would change");
+        assert_eq!(once.decided(), queue.len() - 2);
     }
 
     #[test]

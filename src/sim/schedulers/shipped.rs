@@ -9,9 +9,10 @@
 //! * A job is decided once, when it is submitted; Slurm then starts it on whatever its rewritten
 //!   request allows (an offered type, preferring the best), when it fits.
 //! * On every new snapshot the pending jobs heshare placed are re-decided (`revisit`, at most
-//!   `reroute_max_jobs` in queue order): their offer changed where the plugin would move them,
-//!   their site factor where their price changed. The engine's queue orders waiting jobs by
-//!   Slurm's multifactor priority, which adds that factor.
+//!   `reroute_max_jobs` in queue order, copies of one job decided once as the snapshot thread
+//!   decides them): their offer changed where the plugin would move them, their site factor
+//!   where their price changed. The engine's queue orders waiting jobs by Slurm's multifactor
+//!   priority, which adds that factor.
 //! * Users submit what a plain Slurm user submits, `--gres=gpu:N` for whole-GPU jobs and
 //!   `--gres=mps:P` for a job the trace gives a fraction of a GPU (P its trace share, what a
 //!   slurm-mps user asks). The trace's allowed GPU models are a typed GRES (one model) or the
@@ -36,8 +37,9 @@ use crate::sim::cons_tres::{GresRequest, select};
 use crate::sim::engine::State;
 use crate::sim::meter::PowerState;
 use crate::slurm::request::{
-    GpuAsk, Live, Options, PendingJob, Site, Submission, TresForm, Verdict, decide_with, revisit,
+    GpuAsk, Live, Options, PendingJob, Site, Submission, TresForm, Verdict, decide_with,
 };
+use crate::slurm::revisit::Redecisions;
 use crate::slurm::snapshot::{Frame, Holding, NodeInfo, Pending, Snapshot};
 use crate::units::Mhz;
 use rustc_hash::{FxHashMap, FxHashSet};
@@ -460,16 +462,24 @@ impl Scheduler for Shipped<'_> {
             now_s: at,
             max_age_s: st.cfg.live.snapshot_max_age_s,
         };
-        let mut changed = false;
         let max = usize::try_from(st.cfg.live.reroute_max_jobs).unwrap_or(usize::MAX);
+        // Decided first, applied after: the decisions borrow the jobs they read.
+        let mut redecisions = Redecisions::default();
+        let mut revisits = Vec::new();
         for &j in waiting.iter().take(max) {
             // Borrowed, not cloned: a learned job's profile is a class with its runs.
             let Some(pending) = self.held.get(&j).and_then(|h| h.pending.as_ref()) else {
                 continue;
             };
-            let Some(v) = revisit(st.cfg, &self.site, live, pending, &mut self.plugin_ctx) else {
-                continue;
-            };
+            if let Some(v) =
+                redecisions.revisit(st.cfg, &self.site, live, pending, &mut self.plugin_ctx)
+            {
+                revisits.push((j, v));
+            }
+        }
+        drop(redecisions);
+        let mut changed = false;
+        for (j, v) in revisits {
             let Some(h) = self.held.get_mut(&j) else {
                 continue;
             };
