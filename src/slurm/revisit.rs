@@ -113,33 +113,63 @@ impl Inputs<'_> {
 
 impl PartialEq for Inputs<'_> {
     fn eq(&self, other: &Self) -> bool {
-        let (a, b) = (self.0, other.0);
-        a.class == b.class
-            && a.user == b.user
-            && a.gpus == b.gpus
-            && a.mps_pct == b.mps_pct
-            && a.energy_policy == b.energy_policy
-            && a.time_limit_s.map(f64::to_bits) == b.time_limit_s.map(f64::to_bits)
-            && a.cpus == b.cpus
-            && a.memory_mib == b.memory_mib
-            && a.movable == b.movable
+        // Spelled out field by field, so that a field added to a pending job or a profile is a
+        // compile error here until someone says whether the decision reads it.
+        let PendingJob {
+            class,
+            user,
+            gpus,
+            mps_pct,
+            energy_policy,
+            time_limit_s,
+            cpus,
+            memory_mib,
+            offered: _,
+            form,
+            movable,
+            asked,
+            demand_pct,
+            site_factor: _,
+            learned,
+        } = self.0;
+        let b = other.0;
+        *class == b.class
+            && *user == b.user
+            && *gpus == b.gpus
+            && *mps_pct == b.mps_pct
+            && *energy_policy == b.energy_policy
+            && time_limit_s.map(f64::to_bits) == b.time_limit_s.map(f64::to_bits)
+            && *cpus == b.cpus
+            && *memory_mib == b.memory_mib
+            && *movable == b.movable
             && self.typed() == other.typed()
-            && a.form == b.form
-            && a.asked == b.asked
-            && a.demand_pct == b.demand_pct
-            && match (&a.learned, &b.learned) {
+            && *form == b.form
+            && *asked == b.asked
+            && *demand_pct == b.demand_pct
+            && match (learned, &b.learned) {
                 (None, None) => true,
-                (Some(x), Some(y)) => {
-                    x.key == y.key
-                        && x.level == y.level
-                        && x.runs == y.runs
-                        && x.measured == y.measured
-                        && x.overruled == y.overruled
-                        && (std::sync::Arc::ptr_eq(&x.class, &y.class) || x.class == y.class)
-                }
+                (Some(x), Some(y)) => same_profile(x, y),
                 _ => false,
             }
     }
+}
+
+/// Whether two profiles are the same as a decision reads them.
+fn same_profile(x: &Learned, y: &Learned) -> bool {
+    let Learned {
+        key,
+        level,
+        runs,
+        class,
+        measured,
+        overruled,
+    } = x;
+    *key == y.key
+        && *level == y.level
+        && *runs == y.runs
+        && *measured == y.measured
+        && *overruled == y.overruled
+        && (std::sync::Arc::ptr_eq(class, &y.class) || *class == y.class)
 }
 
 // Equal classes compare equal only where none of their numbers is NaN; a class that is not equal
