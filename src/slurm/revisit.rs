@@ -295,6 +295,28 @@ mod tests {
     use crate::slurm::snapshot::Snapshot;
     use crate::units::SharePct;
 
+    /// A whole-GPU bert-train job with a two-hour limit, movable, pending for type `t`: what the
+    /// snapshot thread reads back of a job heshare offered `t` alone.
+    fn bert_waiting_for(t: usize) -> PendingJob {
+        PendingJob {
+            class: "bert-train".into(),
+            user: "1000".into(),
+            gpus: 1,
+            mps_pct: None,
+            energy_policy: None,
+            time_limit_s: Some(7200.0),
+            cpus: None,
+            memory_mib: None,
+            offered: vec![t],
+            form: TresForm::Colon,
+            movable: true,
+            asked: Some(ShareRequest::Exclusive),
+            demand_pct: None,
+            site_factor: Some(0),
+            learned: None,
+        }
+    }
+
     #[test]
     fn a_pending_job_is_moved_when_its_offer_goes_stale() {
         let cfg = cfg();
@@ -308,23 +330,7 @@ mod tests {
             now_s: 0.0,
             max_age_s: 60.0,
         };
-        let job = PendingJob {
-            class: "bert-train".into(),
-            user: "1000".into(),
-            gpus: 1,
-            mps_pct: None,
-            energy_policy: None,
-            time_limit_s: Some(7200.0),
-            cpus: None,
-            memory_mib: None,
-            offered: vec![a100],
-            form: TresForm::Colon,
-            movable: true,
-            asked: Some(ShareRequest::Exclusive),
-            demand_pct: None,
-            site_factor: Some(0),
-            learned: None,
-        };
+        let job = bert_waiting_for(a100);
         let mut ctx = PlaceContext::default();
         let r = revisit(&cfg, &site, live, &job, &mut ctx).expect("moved");
         assert!(r.moved && !r.repriced, "{r:?}");
@@ -516,23 +522,7 @@ mod tests {
             now_s: 0.0,
             max_age_s: 60.0,
         };
-        let base = PendingJob {
-            class: "bert-train".into(),
-            user: "1000".into(),
-            gpus: 1,
-            mps_pct: None,
-            energy_policy: None,
-            time_limit_s: Some(7200.0),
-            cpus: None,
-            memory_mib: None,
-            offered: vec![a100],
-            form: TresForm::Colon,
-            movable: true,
-            asked: Some(ShareRequest::Exclusive),
-            demand_pct: None,
-            site_factor: Some(0),
-            learned: None,
-        };
+        let base = bert_waiting_for(a100);
         let queue = [
             base.clone(),
             // Read only after the decision: shares the first one's.
