@@ -128,6 +128,12 @@ const RETIRED: &[(&str, &str, &str)] = &[
         "whole_out_of_time_idle",
         "a share its profile finishes within its time limit nowhere runs as its user asked",
     ),
+    (
+        "profiles",
+        "size_shares",
+        "a profiled `--gres=mps:P` is sized by its profile exactly where [policy] \
+         resize_asked_shares lets heshare resize it",
+    ),
 ];
 
 /// `src` (parsed as `doc`) with every [`RETIRED`] setting commented out in place (every byte kept
@@ -359,7 +365,6 @@ pub struct ProfileSettings {
     pub max_samples: u32,
     pub min_runtime_s: f64,
     pub disagree_factor: f64,
-    pub size_shares: bool,
     pub max_spread: f64,
     pub saturated_margin: f64,
     pub neighbour_min_busy: f64,
@@ -377,7 +382,6 @@ impl Default for ProfileSettings {
             max_samples: 16,
             min_runtime_s: 60.0,
             disagree_factor: 2.0,
-            size_shares: true,
             max_spread: 2.0,
             saturated_margin: 0.25,
             neighbour_min_busy: 0.05,

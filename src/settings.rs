@@ -303,15 +303,6 @@ pub const SETTINGS: &[Setting] = &[
     },
     Setting {
         section: "profiles",
-        name: "size_shares",
-        role: Learning,
-        unit: "",
-        range: Range::Any,
-        meaning: "Under `resize_asked_shares`, a profiled job asking `--gres=mps:P` without \
-                  `--gpu-share` is placed as `--gpu-share=auto` places one.",
-    },
-    Setting {
-        section: "profiles",
         name: "max_spread",
         role: Learning,
         unit: "x (p90 / p10)",

@@ -266,7 +266,6 @@ fn decide_within(
             .is_some_and(|l| l.level != crate::profile::Level::Request)
             && sub.batch
             && matches!(asked, ShareRequest::Pct(_))
-            && cfg.profiles.size_shares
             && contract::may_resize(cfg, sub, ask).is_ok() =>
         {
             ShareRequest::Auto
