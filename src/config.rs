@@ -130,6 +130,11 @@ const RETIRED: &[(&str, &str, &str)] = &[
     ),
     (
         "profiles",
+        "min_runtime_s",
+        "every run that completed teaches, however short: its runtime and energy are the job's",
+    ),
+    (
+        "profiles",
         "size_shares",
         "a profiled `--gres=mps:P` is sized by its profile exactly where [policy] \
          resize_asked_shares lets heshare resize it",
@@ -363,7 +368,6 @@ pub struct ProfileSettings {
     pub quantile: f64,
     pub half_life_days: f64,
     pub max_samples: u32,
-    pub min_runtime_s: f64,
     pub disagree_factor: f64,
     pub max_spread: f64,
     pub saturated_margin: f64,
@@ -380,7 +384,6 @@ impl Default for ProfileSettings {
             quantile: 0.9,
             half_life_days: 30.0,
             max_samples: 16,
-            min_runtime_s: 60.0,
             disagree_factor: 2.0,
             max_spread: 2.0,
             saturated_margin: 0.25,
@@ -407,7 +410,6 @@ impl ProfileSettings {
     /// What teaches.
     pub fn learn_limits(&self) -> crate::profile::LearnLimits {
         crate::profile::LearnLimits {
-            min_runtime_s: self.min_runtime_s,
             max_samples: self.max_samples as usize,
         }
     }

@@ -286,14 +286,6 @@ pub const SETTINGS: &[Setting] = &[
     },
     Setting {
         section: "profiles",
-        name: "min_runtime_s",
-        role: Learning,
-        unit: "s",
-        range: num(0.0, 86_400.0),
-        meaning: "Runs shorter than this teach nothing.",
-    },
-    Setting {
-        section: "profiles",
         name: "disagree_factor",
         role: Learning,
         unit: "x",

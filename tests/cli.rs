@@ -394,7 +394,7 @@ fn profiles_are_updated_listed_shown_and_forgotten() {
     std::fs::write(
         &cfg,
         format!(
-            "{shipped}\n[profiles]\nstore = \"{0}/p.json\"\nlogs = [\"{0}/acct/*.jsonl\"]\nmin_runtime_s = 1\n",
+            "{shipped}\n[profiles]\nstore = \"{0}/p.json\"\nlogs = [\"{0}/acct/*.jsonl\"]\n",
             d.display()
         ),
     )

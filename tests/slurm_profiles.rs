@@ -45,10 +45,7 @@ fn an_unlabelled_script_is_placed_by_its_learned_profile_and_a_false_label_is_se
     .expect("shipped config");
     // Short test jobs teach (a site keeps the minute default); snapshots (and store reloads)
     // every second.
-    let profile_table = format!(
-        "[profiles]\nstore = \"{}\"\nmin_runtime_s = 1\n",
-        store.display()
-    );
+    let profile_table = format!("[profiles]\nstore = \"{}\"\n", store.display());
     let plugin_cfg = tmp.path().join("heshare.toml");
     std::fs::write(
         &plugin_cfg,

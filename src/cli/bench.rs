@@ -151,10 +151,7 @@ fn synthetic_book(cfg: &Config, n: usize, rng: &mut SplitMix) -> crate::profile:
     use crate::profile::{Book, Identity, Observation, Outcome, Sample, keys};
     let reference = &cfg.gpu_types[cfg.reference_gpu];
     let mut book = Book::default();
-    let limits = crate::profile::LearnLimits {
-        min_runtime_s: 0.0,
-        max_samples: 32,
-    };
+    let limits = crate::profile::LearnLimits { max_samples: 32 };
     for i in 0..n {
         let class = &cfg.classes[rng.below(cfg.classes.len())];
         let share = class.kind == JobKind::Inference;

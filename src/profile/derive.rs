@@ -652,10 +652,7 @@ mod tests {
                 time_limit_s: limit,
                 sample,
             },
-            LearnLimits {
-                min_runtime_s: 1.0,
-                max_samples: 32,
-            },
+            LearnLimits { max_samples: 32 },
         );
     }
 
@@ -821,10 +818,7 @@ mod tests {
                         alone: false,
                     },
                 },
-                LearnLimits {
-                    min_runtime_s: 1.0,
-                    max_samples: 32,
-                },
+                LearnLimits { max_samples: 32 },
             );
         }
         let ask = |label: Option<&str>, share: bool| {

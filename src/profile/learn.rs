@@ -176,8 +176,6 @@ pub struct Filed {
 /// The limits of what teaches.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct LearnLimits {
-    /// Runs shorter than this say more about start-up than about the work.
-    pub min_runtime_s: f64,
     pub max_samples: usize,
 }
 
@@ -201,9 +199,7 @@ impl Book {
         }
         // A kill at the limit teaches by its runtime alone, not by its energy.
         .or_else(|| (!obs.energy_valid && !hit_limit).then_some("energy incomplete"))
-        .or_else(|| {
-            (!s.runtime_s.is_finite() || s.runtime_s < limits.min_runtime_s).then_some("too short")
-        })
+        .or_else(|| (!s.runtime_s.is_finite() || s.runtime_s <= 0.0).then_some("no runtime"))
         .or_else(|| obs.gpu_type.is_empty().then_some("no GPU type"));
         if filed.skipped.is_some() {
             return filed;
@@ -311,10 +307,7 @@ mod tests {
     use crate::profile::key::{Identity, keys};
     use proptest::prelude::*;
 
-    const LIMITS: LearnLimits = LearnLimits {
-        min_runtime_s: 60.0,
-        max_samples: 4,
-    };
+    const LIMITS: LearnLimits = LearnLimits { max_samples: 4 };
 
     /// A share's fraction is read the same way everywhere, and a record's out-of-range percent
     /// never becomes a zero share (a division by it) or more than a whole GPU.
@@ -376,8 +369,8 @@ mod tests {
             assert_eq!(b.learn(&o, LIMITS).skipped, Some(why));
         }
         let mut short = obs("n:3:1", 1000, 30.0);
-        short.sample.runtime_s = 5.0;
-        assert_eq!(b.learn(&short, LIMITS).skipped, Some("too short"));
+        short.sample.runtime_s = 0.0;
+        assert_eq!(b.learn(&short, LIMITS).skipped, Some("no runtime"));
         let mut reset = obs("n:4:1", 1000, 40.0);
         reset.energy_valid = false;
         assert_eq!(b.learn(&reset, LIMITS).skipped, Some("energy incomplete"));

@@ -553,7 +553,6 @@ mod tests {
     fn cfg(dir: &Path) -> Config {
         let mut c = Config::parse(BUNDLED_CONFIG, Path::new("h.toml")).expect("config");
         c.profiles.logs = vec![format!("{}/acct/*.jsonl", dir.display())];
-        c.profiles.min_runtime_s = 1.0;
         c
     }
 

@@ -376,8 +376,7 @@ pub struct WorldResult {
     pub ordered_jct: bool,
     /// Jobs simulated per second of wall time by heshare (learned) in this world.
     pub heshare_jobs_per_s: f64,
-    /// How the oracle's decisions went, summed over seeds: how many had the true profile (a
-    /// job too short to teach anything on some type has none there).
+    /// How the oracle's decisions went, summed over seeds: how many had the true profile.
     pub oracle_profiles: Option<super::learning::ProfileStats>,
     /// Every policy's row (means over seeds).
     pub rows: Vec<experiment::PolicyRow>,
