@@ -135,6 +135,12 @@ const RETIRED: &[(&str, &str, &str)] = &[
     ),
     (
         "profiles",
+        "neighbour_min_busy",
+        "every shared run beside busy neighbours measures their slowdown, weighed by how busy \
+         they were",
+    ),
+    (
+        "profiles",
         "size_shares",
         "a profiled `--gres=mps:P` is sized by its profile exactly where [policy] \
          resize_asked_shares lets heshare resize it",
@@ -371,7 +377,6 @@ pub struct ProfileSettings {
     pub disagree_factor: f64,
     pub max_spread: f64,
     pub saturated_margin: f64,
-    pub neighbour_min_busy: f64,
 }
 
 impl Default for ProfileSettings {
@@ -387,7 +392,6 @@ impl Default for ProfileSettings {
             disagree_factor: 2.0,
             max_spread: 2.0,
             saturated_margin: 0.25,
-            neighbour_min_busy: 0.05,
         }
     }
 }
@@ -403,7 +407,6 @@ impl ProfileSettings {
             max_spread: self.max_spread,
             // As far above what it got as a labelled service's share is sized above its class.
             saturated_margin: self.saturated_margin,
-            neighbour_min_busy: self.neighbour_min_busy,
         }
     }
 
@@ -1719,13 +1722,12 @@ memory_gib = 8
         assert!(w.to_string().contains("profile's quantile"), "{w}");
     }
 
-    /// The neighbour rule's settings: out of range is an error naming the field; absent, the
-    /// documented defaults.
+    /// The neighbour rule's setting: out of range is an error naming the field; absent, the
+    /// documented default.
     #[test]
     fn the_neighbour_settings_are_checked_by_name() {
         let cfg = parse(SMALL).expect("valid");
         assert!((cfg.policy.contention_worst - 98.4).abs() < 1e-12);
-        assert!((cfg.profiles.neighbour_min_busy - 0.05).abs() < 1e-12);
         let bad = SMALL.replace(
             "energy_weight = 0.5",
             "energy_weight = 0.5\ncontention_worst = -1",
@@ -1737,9 +1739,6 @@ memory_gib = 8
             "{}",
             errs[0]
         );
-        let bad = format!("{SMALL}\n[profiles]\nneighbour_min_busy = 1.5\n");
-        let errs = parse(&bad).expect_err("must fail");
-        assert_eq!(errs[0].field, "profiles.neighbour_min_busy", "{}", errs[0]);
     }
 
     /// A setting this heshare no longer reads still loads, named with its line and why, and the

@@ -311,15 +311,6 @@ pub const SETTINGS: &[Setting] = &[
         meaning: "A service whose run filled its share may have needed more: its need is taken \
                   this much above what it measured.",
     },
-    Setting {
-        section: "profiles",
-        name: "neighbour_min_busy",
-        role: Learning,
-        unit: "fraction of the GPU",
-        range: num(0.0, 1.0),
-        meaning: "A shared run says how much busy neighbours slow the job only where they were \
-                  busy for at least this share of the GPU, summed over the run.",
-    },
     // [power]
     Setting {
         section: "power",

@@ -43,8 +43,6 @@ pub struct DeriveSettings {
     pub max_spread: f64,
     /// A service's run that filled its share is taken to have needed this much more.
     pub saturated_margin: f64,
-    /// A shared run's neighbours count from this summed busy share on (`neighbours`).
-    pub neighbour_min_busy: f64,
 }
 
 /// A profile that decides for a job.
@@ -547,7 +545,7 @@ pub fn derive(
         .iter()
         .flat_map(|d| d.samples.iter().map(move |x| (d.t, *x)))
         .collect();
-    class.neighbours = super::neighbours::learn(cfg, &class, &runs, s.neighbour_min_busy);
+    class.neighbours = super::neighbours::learn(cfg, &class, &runs);
     Some(Learned {
         key: key.clone(),
         level: key.level(),
@@ -632,7 +630,6 @@ mod tests {
         disagree_factor: 2.0,
         max_spread: 3.0,
         saturated_margin: 0.25,
-        neighbour_min_busy: 0.05,
     };
 
     fn key() -> ProfileKey {
@@ -996,7 +993,8 @@ mod tests {
     }
 
     /// A profile says how much busy neighbours slowed the job from its shared runs beside them,
-    /// and nothing from runs beside idle ones.
+    /// nothing from runs beside idle ones, and as good as nothing from one beside barely busy
+    /// ones.
     #[test]
     fn a_profile_carries_what_busy_neighbours_did_to_its_runs() {
         let cfg = cfg();
@@ -1018,11 +1016,17 @@ mod tests {
             share: true,
         };
         let mut b = Book::default();
-        for (i, nb) in [Some(0.0), Some(0.01), None].into_iter().enumerate() {
+        for (i, nb) in [Some(0.0), None].into_iter().enumerate() {
             file(&mut b, "t4", i, run(1800.0, nb));
         }
         let l = lookup(&cfg, &b, &[key()], asked, 2000.0, SETTINGS).expect("profile");
         assert_eq!(l.class.neighbours, None, "idle neighbours say nothing");
+        // Kept pace at load 0.5 beside neighbours 0.01 busy: k <= (2 - 1) / 0.01, past the
+        // worst pair measured.
+        file(&mut b, "t4", 2, run(1800.0, Some(0.01)));
+        let l = lookup(&cfg, &b, &[key()], asked, 2000.0, SETTINGS).expect("profile");
+        let n = l.class.neighbours.expect("a loose bound");
+        assert!(n.per_busy >= cfg.policy.contention_worst, "{n:?}");
         // Beside neighbours 40% busy it took 1.5x its quiet runs' time at load 0.5 (0.2 of its
         // 0.4): contention 3, k = (3 - 1) / 0.4.
         file(&mut b, "t4", 3, run(2700.0, Some(0.4)));
