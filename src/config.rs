@@ -1254,7 +1254,7 @@ pub fn hostlist_contains(list: &str, name: &str) -> bool {
 }
 
 /// The comma-separated items of a hostlist, commas inside brackets kept.
-fn split_top_level(list: &str) -> impl Iterator<Item = &str> {
+pub(crate) fn split_top_level(list: &str) -> impl Iterator<Item = &str> {
     let mut depth = 0usize;
     let mut start = 0usize;
     let mut items = Vec::new();
@@ -1487,7 +1487,7 @@ pub fn slurm_gpu_types_of(nodes: &[crate::cluster::Node], cfg: &Config) -> Vec<(
 }
 
 /// Splits `gpu:a100:2(S:0-1),mps:200` on the commas that are outside parentheses.
-fn split_gres_list(value: &str) -> Vec<&str> {
+pub(crate) fn split_gres_list(value: &str) -> Vec<&str> {
     let mut out = Vec::new();
     let (mut depth, mut start) = (0i32, 0usize);
     for (i, ch) in value.char_indices() {

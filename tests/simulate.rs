@@ -406,3 +406,87 @@ fn unknown_policies_list_the_known_ones() {
         String::from_utf8_lossy(&o.stderr)
     );
 }
+
+/// A site's own slurm.conf is its cluster, whole, and its Slurm settings: the example site's 18
+/// nodes and 96 GPUs, power saving and priority as it configures them; a type the catalog does
+/// not know is named with its file and line, and an untyped GRES is typed from gres.conf.
+#[test]
+fn a_sites_slurm_conf_is_the_cluster_replayed() {
+    let conf =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("data/site-example/slurm.conf");
+    let o = Command::new(env!("CARGO_BIN_EXE_heshare"))
+        .args(["simulate", "--jobs", "300", "--seeds", "1"])
+        .args(["--policies", "slurm-exclusive,heshare", "--cluster"])
+        .arg(&conf)
+        .env_remove("HESHARE_CONFIG")
+        .env("HESHARE_SYSTEM_CONFIG", "/nonexistent/heshare.toml")
+        .output()
+        .expect("runs");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains(&format!(
+            "on {} scaled 1.00 (18 nodes, 96 GPUs)",
+            conf.display()
+        )),
+        "{out}"
+    );
+    assert!(out.contains("idle nodes powered down after 600 s"), "{out}");
+    assert!(
+        out.contains("queue order: priority/multifactor, PriorityWeightAge=1000"),
+        "{out}"
+    );
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bad = dir.path().join("slurm.conf");
+    std::fs::write(
+        &bad,
+        "ClusterName=x\nNodeName=m[1-2] CPUs=8 Gres=gpu:mi300x:8\nNodeName=g1 Gres=gpu:2\n",
+    )
+    .expect("write");
+    let o = Command::new(env!("CARGO_BIN_EXE_heshare"))
+        .args(["simulate", "--cluster"])
+        .arg(&bad)
+        .output()
+        .expect("runs");
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains(&format!(
+            "{}:2: Gres: node m1: GPU type \"mi300x\"",
+            bad.display()
+        )),
+        "{err}"
+    );
+    std::fs::write(&bad, "NodeName=g[1-2] CPUs=8 RealMemory=64000 Gres=gpu:2\n").expect("write");
+    let gres = dir.path().join("gres.conf");
+    std::fs::write(
+        &gres,
+        "NodeName=g[1-2] Name=gpu Type=t4 File=/dev/nvidia[0-1]\n",
+    )
+    .expect("write");
+    let o = Command::new(env!("CARGO_BIN_EXE_heshare"))
+        .args([
+            "simulate",
+            "--jobs",
+            "50",
+            "--seeds",
+            "1",
+            "--policies",
+            "slurm-exclusive",
+        ])
+        .args(["--suspend-time", "off", "--cluster"])
+        .arg(&bad)
+        .arg("--gres-conf")
+        .arg(&gres)
+        .env_remove("HESHARE_CONFIG")
+        .env("HESHARE_SYSTEM_CONFIG", "/nonexistent/heshare.toml")
+        .output()
+        .expect("runs");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("(2 nodes, 4 GPUs)"),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+}

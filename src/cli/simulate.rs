@@ -1,7 +1,7 @@
 //! `heshare simulate`: replay a trace through the schedulers and compare them.
 
 use super::ConfigArg;
-use crate::cluster::{OPENB_GPU_NODES, parse_node_list};
+use crate::cluster::{OPENB_GPU_NODES, parse_cluster};
 use crate::config::Config;
 use crate::sim::packing::{self, LoadPoint, PackingPolicy, Pod, TypicalPods};
 use crate::sim::trace::{self, OPENB_DEFAULT_PODS, TraceFormat};
@@ -23,9 +23,15 @@ pub struct SimulateArgs {
     pub(super) trace: Option<PathBuf>,
     #[arg(long, value_enum, default_value_t = TraceFormat::Openb)]
     pub(super) trace_format: TraceFormat,
-    /// Node list in the openb CSV form [default: the bundled openb GPU node list].
+    /// The cluster: a site's slurm.conf (its NodeName lines; in time mode it is read as
+    /// --slurm-conf too, unless one is given), `scontrol show node --oneliner` output, or a node
+    /// list in the openb CSV form [default: the bundled openb GPU node list].
     #[arg(long, value_name = "FILE")]
     pub(super) cluster: Option<PathBuf>,
+    /// The gres.conf that types --cluster's untyped `Gres=gpu:N` (its `Name=gpu Type=...`
+    /// lines).
+    #[arg(long, value_name = "FILE")]
+    pub(super) gres_conf: Option<PathBuf>,
     /// Offered GPU load as a fraction of the cluster's GPUs [default: 0.7 in time mode; 1.0 in
     /// placement mode, the arrived demand at which FGD reports].
     #[arg(long)]
@@ -38,9 +44,10 @@ pub struct SimulateArgs {
     /// dotprod, gpu-clustering, gpu-packing, bestfit, fgd.
     #[arg(long, value_delimiter = ',')]
     pub(super) policies: Vec<String>,
-    /// Time mode: fraction of the node list's nodes kept (per GPU model, at least one each).
-    #[arg(long, default_value_t = 0.05)]
-    pub(super) scale: f64,
+    /// Time mode: fraction of the node list's nodes kept (per GPU model, at least one each)
+    /// [default: 0.05 of the bundled openb list; 1, the whole cluster, with --cluster].
+    #[arg(long)]
+    pub(super) scale: Option<f64>,
     /// Time mode: jobs per run [default: 20000; with --suite, each world's own].
     #[arg(long)]
     pub(super) jobs: Option<usize>,
@@ -197,6 +204,30 @@ pub fn run(out: &mut impl Write, cfg: &Config, args: &SimulateArgs) -> Result<()
     }
 }
 
+impl SimulateArgs {
+    /// The fraction of the cluster's nodes a time-mode run keeps.
+    pub(super) fn scale(&self) -> f64 {
+        self.scale
+            .unwrap_or(if self.cluster.is_some() { 1.0 } else { 0.05 })
+    }
+
+    /// The slurm.conf Slurm's settings are read from: --slurm-conf, else --cluster where that
+    /// is a slurm.conf (not scontrol output, which carries no settings).
+    pub(super) fn slurm_conf(&self) -> Result<Option<(PathBuf, String)>> {
+        if let Some(p) = &self.slurm_conf {
+            let text = std::fs::read_to_string(p)
+                .with_context(|| format!("{}: cannot read", p.display()))?;
+            return Ok(Some((p.clone(), text)));
+        }
+        let Some(p) = &self.cluster else {
+            return Ok(None);
+        };
+        let text =
+            std::fs::read_to_string(p).with_context(|| format!("{}: cannot read", p.display()))?;
+        Ok(crate::cluster::slurm::is_slurm_conf(&text).then(|| (p.clone(), text)))
+    }
+}
+
 /// The node list and trace the arguments name, or the bundled ones.
 pub(super) fn inputs(
     cfg: &Config,
@@ -212,7 +243,19 @@ pub(super) fn inputs(
         OPENB_GPU_NODES,
         "openb GPU node list (bundled)",
     )?;
-    let nodes = parse_node_list(&node_text, Path::new(&cluster_label), cfg)?;
+    let gres = match &args.gres_conf {
+        Some(p) => Some((
+            std::fs::read_to_string(p).with_context(|| format!("{}: cannot read", p.display()))?,
+            p.clone(),
+        )),
+        None => None,
+    };
+    let nodes = parse_cluster(
+        &node_text,
+        Path::new(&cluster_label),
+        gres.as_ref().map(|(t, p)| (t.as_str(), p.as_path())),
+        cfg,
+    )?;
     let (trace_text, trace_label) = super::read_or_bundled(
         args.trace.as_deref(),
         OPENB_DEFAULT_PODS,

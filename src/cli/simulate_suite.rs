@@ -24,6 +24,8 @@ pub fn run(out: &mut impl Write, cfg: &Config, args: &SimulateArgs) -> Result<()
     let one_world = [
         ("--trace", args.trace.is_some()),
         ("--cluster", args.cluster.is_some()),
+        ("--gres-conf", args.gres_conf.is_some()),
+        ("--scale", args.scale.is_some()),
         ("--load", args.load.is_some()),
         ("--slurm-conf", args.slurm_conf.is_some()),
         ("--suspend-time", args.suspend_time.is_some()),

@@ -22,15 +22,16 @@ struct Output<'a> {
 }
 
 pub fn run(out: &mut impl Write, cfg: &Config, args: &SimulateArgs, load: f64) -> Result<()> {
-    if !(args.scale > 0.0 && args.scale <= 1.0) {
-        bail!("--scale {} is outside (0, 1]", args.scale);
+    let scale = args.scale();
+    if !(scale > 0.0 && scale <= 1.0) {
+        bail!("--scale {scale} is outside (0, 1]");
     }
     let jobs = args.jobs.unwrap_or(20_000);
     if jobs == 0 {
         bail!("--jobs must be at least 1");
     }
     let (all_nodes, cluster_label, trace, trace_label) = inputs(cfg, args)?;
-    let nodes = experiment::scale_nodes(&all_nodes, args.scale);
+    let nodes = experiment::scale_nodes(&all_nodes, scale);
     let saving = power_saving(args)?;
     let queue = queue_order(args)?;
     let host = match args.host_power.as_str() {
@@ -107,7 +108,7 @@ pub fn run(out: &mut impl Write, cfg: &Config, args: &SimulateArgs, load: f64) -
         &report,
         &trace_label,
         &cluster_label,
-        args.scale,
+        scale,
         cfg.policy.resize_asked_shares,
     )?;
     if let Some(path) = &args.plot {
@@ -118,7 +119,7 @@ pub fn run(out: &mut impl Write, cfg: &Config, args: &SimulateArgs, load: f64) -
             mode: args.mode,
             trace: trace_label,
             cluster: cluster_label,
-            scale: args.scale,
+            scale,
             report: &report,
         };
         std::fs::write(path, serde_json::to_string_pretty(&o)? + "\n")
@@ -131,9 +132,7 @@ pub fn run(out: &mut impl Write, cfg: &Config, args: &SimulateArgs, load: f64) -
 /// `--slurm-conf`, then the options given.
 fn queue_order(args: &SimulateArgs) -> Result<QueueOrder> {
     let mut q = QueueOrder::default();
-    if let Some(path) = &args.slurm_conf {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("{}: cannot read", path.display()))?;
+    if let Some((path, text)) = args.slurm_conf()? {
         // slurm.conf without PriorityType means Slurm's default, priority/basic.
         q.multifactor = false;
         q = q
@@ -160,9 +159,7 @@ fn power_saving(args: &SimulateArgs) -> Result<PowerSaving> {
         resume_s: args.resume_time,
         ..PowerSaving::default()
     };
-    if let Some(path) = &args.slurm_conf {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("{}: cannot read", path.display()))?;
+    if let Some((path, text)) = args.slurm_conf()? {
         // slurm.conf without SuspendTime means Slurm's default: power saving off.
         s.suspend_time_s = None;
         s = s

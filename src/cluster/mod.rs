@@ -1,7 +1,10 @@
-//! Cluster inventories: the node list in the Alibaba openb CSV form
-//! (`sn,cpu_milli,memory_mib,gpu,model`), with GPU models resolved against the catalog.
+//! Cluster inventories: a site's nodes as its Slurm describes them (a slurm.conf's `NodeName=`
+//! lines or `scontrol show node --oneliner`, [`slurm`]) or the node list in the Alibaba openb
+//! CSV form (`sn,cpu_milli,memory_mib,gpu,model`), with GPU models resolved against the catalog.
 //!
 //! Used by the benchmark and the simulator to build a [`ClusterView`] the size of a real cluster.
+
+pub mod slurm;
 
 use crate::config::Config;
 use crate::policy::{ClusterView, GpuSlot};
@@ -34,6 +37,22 @@ pub struct NodeListError {
 }
 
 const HEADER: [&str; 5] = ["sn", "cpu_milli", "memory_mib", "gpu", "model"];
+
+/// Reads a cluster in whichever form `text` is: a slurm.conf or `scontrol show node
+/// --oneliner` output (with `gres_conf` typing untyped GPUs), else an openb node list. `file`
+/// only labels errors.
+pub fn parse_cluster(
+    text: &str,
+    file: &Path,
+    gres_conf: Option<(&str, &Path)>,
+    cfg: &Config,
+) -> Result<Vec<Node>, NodeListError> {
+    if slurm::looks_like_slurm(text) {
+        slurm::parse_slurm_nodes(text, file, gres_conf, cfg)
+    } else {
+        parse_node_list(text, file, cfg)
+    }
+}
 
 /// Parses a node list; `file` only labels errors.
 pub fn parse_node_list(text: &str, file: &Path, cfg: &Config) -> Result<Vec<Node>, NodeListError> {
