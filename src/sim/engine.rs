@@ -112,6 +112,61 @@ pub struct SimJob {
 }
 
 impl SimJob {
+    /// A job of the trace row `src` not yet submitted: its class and truth (the world's), which
+    /// run of which template it is, its label, user, submission, work (seconds on a type of rate
+    /// one) and time limit.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        class: usize,
+        (template, run): (usize, usize),
+        label: Option<usize>,
+        src: &TraceJob,
+        user: u32,
+        submit_s: f64,
+        work_s: f64,
+        limit_s: f64,
+        truth: JobTruth,
+    ) -> SimJob {
+        SimJob {
+            class,
+            template,
+            run,
+            label,
+            num_gpus: src.num_gpus,
+            gpu_milli: src.gpu_milli,
+            gpu_types: src.gpu_types.clone(),
+            user,
+            submit_s,
+            work_s,
+            limit_s,
+            truth,
+            pod: Pod::from_trace(src),
+            gpus: vec![],
+            share: SharePct::FULL,
+            exclusive: true,
+            alloc_s: None,
+            start_s: None,
+            finish_s: None,
+            killed_s: None,
+            booting: false,
+            native: false,
+            sliced: false,
+            busy_s: 0.0,
+            clocks: Vec::new(),
+            neighbour_busy_s: 0.0,
+            neighbour_busy: 0.0,
+            energy_j: 0.0,
+            crowded: false,
+            origin: 0,
+            attempt: 0,
+            done_s: 0.0,
+            rate: 0.0,
+            busy: 0.0,
+            last_s: 0.0,
+            version: 0,
+        }
+    }
+
     /// Whether it holds resources now (running or waiting for its node to boot).
     pub fn allocated(&self) -> bool {
         self.alloc_s.is_some() && self.finish_s.is_none() && self.killed_s.is_none()
@@ -466,44 +521,17 @@ pub fn generate_jobs(
                 .filter(|&&p| src.gpu_types.is_empty() || src.gpu_types.contains(&p))
                 .map(|&p| work_s / world.alone_rate(class, &truth, p).max(1e-12))
                 .fold(work_s, f64::max);
-            SimJob {
+            SimJob::new(
                 class,
-                template,
-                run: runs[template],
+                (template, runs[template]),
                 label,
-                num_gpus: src.num_gpus,
-                gpu_milli: src.gpu_milli,
-                gpu_types: src.gpu_types.clone(),
+                src,
                 user,
-                submit_s: t,
+                t,
                 work_s,
-                limit_s: (slowest / 3600.0).ceil().max(1.0) * 3600.0,
+                (slowest / 3600.0).ceil().max(1.0) * 3600.0,
                 truth,
-                pod: Pod::from_trace(src),
-                gpus: vec![],
-                share: SharePct::FULL,
-                exclusive: true,
-                alloc_s: None,
-                start_s: None,
-                finish_s: None,
-                killed_s: None,
-                booting: false,
-                native: false,
-                sliced: false,
-                busy_s: 0.0,
-                clocks: Vec::new(),
-                neighbour_busy_s: 0.0,
-                neighbour_busy: 0.0,
-                energy_j: 0.0,
-                crowded: false,
-                origin: 0,
-                attempt: 0,
-                done_s: 0.0,
-                rate: 0.0,
-                busy: 0.0,
-                last_s: 0.0,
-                version: 0,
-            }
+            )
         })
         .collect()
 }
