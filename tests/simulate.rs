@@ -490,3 +490,54 @@ fn a_sites_slurm_conf_is_the_cluster_replayed() {
         String::from_utf8_lossy(&o.stdout)
     );
 }
+
+/// The example site's sacct export replays as recorded on its own slurm.conf: every row that
+/// ran is one job, and what cannot be replayed is named, not queued; --jobs draws instead and
+/// says so.
+#[test]
+fn a_sites_sacct_replays_as_recorded_and_names_what_it_leaves_out() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("data/site-example");
+    let run = |extra: &[&str]| {
+        let o = Command::new(env!("CARGO_BIN_EXE_heshare"))
+            .args([
+                "simulate",
+                "--seeds",
+                "1",
+                "--policies",
+                "slurm-exclusive,heshare",
+            ])
+            .arg("--cluster")
+            .arg(dir.join("slurm.conf"))
+            .arg("--trace")
+            .arg(dir.join("sacct.txt"))
+            .args(["--trace-format", "sacct"])
+            .args(extra)
+            .env_remove("HESHARE_CONFIG")
+            .env("HESHARE_SYSTEM_CONFIG", "/nonexistent/heshare.toml")
+            .output()
+            .expect("runs");
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let out = run(&[]);
+    assert!(
+        out.contains("time mode: 300 jobs as recorded x 1 seeds"),
+        "{out}"
+    );
+    assert!(out.contains("(18 nodes, 96 GPUs), offered load"), "{out}");
+    assert!(
+        out.contains("left out, no node can hold them: 1 jobs: 40303 (it asks 8 GPUs on one node"),
+        "{out}"
+    );
+    assert!(
+        out.contains("40301 (line 302, never started); 40302 (line 303, has not ended)"),
+        "{out}"
+    );
+    assert!(out.contains("workload: as recorded"), "{out}");
+    assert!(
+        !out.contains("jobs never started"),
+        "every replayed job ran: {out}"
+    );
+    let drawn = run(&["--jobs", "200"]);
+    assert!(drawn.contains("drawn, not replayed: 200 jobs"), "{drawn}");
+}

@@ -32,6 +32,22 @@ pub fn run(out: &mut impl Write, cfg: &Config, args: &SimulateArgs, load: f64) -
     }
     let (all_nodes, cluster_label, trace, trace_label) = inputs(cfg, args)?;
     let nodes = experiment::scale_nodes(&all_nodes, scale);
+    // A site's sacct is replayed as it ran unless the user asks for a drawn workload.
+    let recorded = args.trace_format == crate::sim::trace::TraceFormat::Sacct
+        && args.jobs.is_none()
+        && args.load.is_none();
+    let mut notes = Vec::new();
+    let (jobs, load) = if recorded {
+        let (n, offered) = replay_notes(cfg, args, &trace, &trace_label, &nodes, &mut notes)?;
+        (n, offered)
+    } else {
+        if args.trace_format == crate::sim::trace::TraceFormat::Sacct {
+            notes.push(format!(
+                "drawn, not replayed: {jobs} jobs drawn from the sacct rows at load {load:.2} (--jobs or --load given); without them the rows replay as recorded"
+            ));
+        }
+        (jobs, load)
+    };
     let saving = power_saving(args)?;
     let queue = queue_order(args)?;
     let host = match args.host_power.as_str() {
@@ -90,6 +106,7 @@ pub fn run(out: &mut impl Write, cfg: &Config, args: &SimulateArgs, load: f64) -
             max: args.reruns,
             ..crate::sim::engine::Reruns::default()
         },
+        recorded,
     };
     // Drawn on stderr, and only when it is a terminal.
     let bar =
@@ -110,6 +127,7 @@ pub fn run(out: &mut impl Write, cfg: &Config, args: &SimulateArgs, load: f64) -
         &cluster_label,
         scale,
         cfg.policy.resize_asked_shares,
+        &notes,
     )?;
     if let Some(path) = &args.plot {
         plot(path, &report)?;
@@ -126,6 +144,100 @@ pub fn run(out: &mut impl Write, cfg: &Config, args: &SimulateArgs, load: f64) -
             .with_context(|| format!("{}: cannot write", path.display()))?;
     }
     Ok(())
+}
+
+/// What a replay as recorded holds and leaves out, said in `notes`: the jobs it replays and the
+/// load they offered the cluster over the span they were submitted in.
+fn replay_notes(
+    cfg: &Config,
+    args: &SimulateArgs,
+    trace: &[crate::sim::trace::TraceJob],
+    trace_label: &str,
+    nodes: &[crate::cluster::Node],
+    notes: &mut Vec<String>,
+) -> Result<(usize, f64)> {
+    let world = crate::sim::world::World::new(cfg);
+    let r = crate::sim::replay::recorded_jobs(cfg, &world, trace, nodes, 42);
+    let first = r
+        .jobs
+        .iter()
+        .map(|j| j.submit_s)
+        .fold(f64::INFINITY, f64::min);
+    let ids: std::collections::HashSet<&str> = r.left_out.iter().map(|l| l.id.as_str()).collect();
+    let kept: Vec<&crate::sim::trace::TraceJob> = trace
+        .iter()
+        .filter(|t| t.num_gpus > 0 && !ids.contains(t.id.as_str()))
+        .collect();
+    let end = kept
+        .iter()
+        .map(|t| t.submit_s + t.duration_s)
+        .fold(first, f64::max);
+    let gpus: f64 = nodes.iter().map(|n| f64::from(n.gpus)).sum();
+    let demand: f64 = kept
+        .iter()
+        .map(|t| f64::from(t.num_gpus) * f64::from(t.gpu_milli) / 1000.0 * t.duration_s)
+        .sum();
+    let span = (end - first).max(1.0);
+    let offered = demand / (gpus.max(1.0) * span);
+    if r.jobs.is_empty() {
+        bail!(
+            "{trace_label}: no row of the trace can run on this cluster ({} left out)",
+            r.left_out.len()
+        );
+    }
+    notes.push(format!(
+        "replayed as recorded: every sacct row that ran, at its own submission over {:.1} days, with its request, time limit and runtime on the type it ran on; what sacct does not record (each recurring job's kind, speed on the other types, power) is drawn per seed; --jobs or --load draw a workload from the rows instead",
+        span / 86_400.0
+    ));
+    let name = |v: Vec<String>| {
+        let shown: Vec<String> = v.iter().take(5).cloned().collect();
+        let more = v.len().saturating_sub(shown.len());
+        format!(
+            "{}{}",
+            shown.join("; "),
+            if more > 0 {
+                format!("; and {more} more")
+            } else {
+                String::new()
+            }
+        )
+    };
+    if !r.left_out.is_empty() {
+        notes.push(format!(
+            "left out, no node can hold them: {} jobs: {}",
+            r.left_out.len(),
+            name(
+                r.left_out
+                    .iter()
+                    .map(|l| format!("{} ({})", l.id, l.why))
+                    .collect()
+            )
+        ));
+    }
+    if let Some(path) = &args.trace {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("{}: cannot read", path.display()))?;
+        let skipped = crate::sim::trace::sacct_unreplayable(&text);
+        if !skipped.is_empty() {
+            notes.push(format!(
+                "left out, no run to replay: {} GPU rows: {}",
+                skipped.len(),
+                name(
+                    skipped
+                        .iter()
+                        .map(|(line, id, why)| format!("{id} (line {line}, {why})"))
+                        .collect()
+                )
+            ));
+        }
+    }
+    if r.type_unknown > 0 {
+        notes.push(format!(
+            "{} jobs name neither the GPU type nor a node of this cluster they ran on (export NodeList, or --cluster the cluster they ran on): their runtime is taken as on the slowest type they allow",
+            r.type_unknown
+        ));
+    }
+    Ok((r.jobs.len(), offered))
 }
 
 /// How Slurm orders the queue: multifactor with age weighted 1000 over 7 days, then
@@ -210,16 +322,22 @@ fn print(
     cluster: &str,
     scale: f64,
     resize: bool,
+    notes: &[String],
 ) -> Result<()> {
     writeln!(
         out,
-        "time mode: {} jobs x {} seeds from {trace}, on {cluster} scaled {scale:.2} ({} nodes, {} GPUs), load {:.2}",
+        "time mode: {} jobs{} x {} seeds from {trace}, on {cluster} scaled {scale:.2} ({} nodes, {} GPUs), {}load {:.2}",
         r.jobs_per_seed,
+        if r.recorded { " as recorded" } else { "" },
         r.seeds.len(),
         r.nodes,
         r.gpus,
+        if r.recorded { "offered " } else { "" },
         r.load
     )?;
+    for n in notes {
+        writeln!(out, "{n}")?;
+    }
     let saving = match r.saving.suspend_time_s {
         Some(s) => format!(
             "idle nodes powered down after {s:.0} s (SuspendTime; {:.0} s to power down, {:.0} s to boot)",
@@ -386,14 +504,21 @@ fn print(
         &r.learned_vs_labelled,
     )?;
     let rec = &r.recurrence;
-    writeln!(
-        out,
-        "workload: each job a run of a user's script, {:.1} runs per script on average (run-to-run spread {:.2}); {:.0}% of scripts labelled truly, {:.0}% wrongly, the rest unlabelled (baselines are not affected by labels)",
-        rec.runs_per_template,
-        rec.run_noise,
-        100.0 * rec.labelled,
-        100.0 * rec.mislabelled
-    )?;
+    if r.recorded {
+        writeln!(
+            out,
+            "workload: as recorded; the runs one user submitted from one account under one job name are one recurring job, as heshare's profile keys recognise it; nobody labelled (no --gpu-class in the record)"
+        )?;
+    } else {
+        writeln!(
+            out,
+            "workload: each job a run of a user's script, {:.1} runs per script on average (run-to-run spread {:.2}); {:.0}% of scripts labelled truly, {:.0}% wrongly, the rest unlabelled (baselines are not affected by labels)",
+            rec.runs_per_template,
+            rec.run_noise,
+            100.0 * rec.labelled,
+            100.0 * rec.mislabelled
+        )?;
+    }
     if let Some(p) = &r.profiles {
         #[allow(clippy::cast_precision_loss)]
         let pct = |n: usize| 100.0 * n as f64 / p.submitted.max(1) as f64;

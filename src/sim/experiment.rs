@@ -42,6 +42,9 @@ pub struct Spec {
     pub curve_days: usize,
     /// What users do with a job killed at its limit.
     pub reruns: engine::Reruns,
+    /// Replay the trace as recorded (`sim::replay`, a site's sacct): each row one job at its
+    /// own submission, instead of `jobs` drawn from the rows at `load`.
+    pub recorded: bool,
 }
 
 /// Keeps `scale` of the nodes of each GPU model (at least one), in file order, so the scaled
@@ -296,7 +299,10 @@ pub struct ErrorRow {
 /// Everything one experiment found.
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
+    /// The offered load: drawn at, or (`recorded`) what the recorded jobs offered.
     pub load: f64,
+    /// Whether the trace was replayed as recorded (`Spec::recorded`).
+    pub recorded: bool,
     pub seeds: Vec<u64>,
     pub jobs_per_seed: usize,
     pub gpus: usize,
@@ -409,7 +415,11 @@ pub fn run(
             seed,
             recurrence: spec.recurrence,
         };
-        let jobs = engine::generate_jobs(cfg, &world, trace, gpus, &present, wl);
+        let jobs = if spec.recorded {
+            super::replay::recorded_jobs(cfg, &world, trace, nodes, seed).jobs
+        } else {
+            engine::generate_jobs(cfg, &world, trace, gpus, &present, wl)
+        };
         let mut st = engine::build_state(cfg, nodes, jobs);
         st.queue = spec.queue;
         st.reruns = spec.reruns;
@@ -850,6 +860,7 @@ fn summarise(
     let bounds: Vec<f64> = runs.iter().map(|r| r.energy_lower_bound_kwh).collect();
     Report {
         load: spec.load,
+        recorded: spec.recorded,
         seeds: spec.seeds.clone(),
         jobs_per_seed: spec.jobs,
         gpus,

@@ -137,6 +137,7 @@ pub fn jobs(cfg: &Config, n: usize, seed: u64) -> Vec<TraceJob> {
             memory_mib: u64::from(scale) * 32 * 1024,
             user: String::new(),
             class: Some(class.to_owned()),
+            recorded: None,
         });
     }
     out

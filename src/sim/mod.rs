@@ -10,6 +10,7 @@ pub mod meter;
 pub mod oracle;
 pub mod packing;
 pub mod priority;
+pub mod replay;
 pub mod rng;
 pub mod schedulers;
 pub mod suite;

@@ -333,6 +333,7 @@ pub fn spec(w: &World, size: Size, threads: usize) -> Spec {
         recurrence: w.recurrence,
         curve_days: 7,
         reruns: super::engine::Reruns::default(),
+        recorded: false,
     }
 }
 

@@ -31,7 +31,27 @@ pub struct TraceJob {
     pub user: String,
     /// A heshare job class name, when the trace says.
     pub class: Option<String>,
+    /// What a site's accounting recorded of the run (sacct), for a replay as recorded.
+    pub recorded: Option<Recorded>,
 }
+
+/// What `sacct` recorded of a job beyond its request: what replaying it as it ran needs.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Recorded {
+    /// Its time limit (`Timelimit`; none for `UNLIMITED` or where not exported).
+    pub limit_s: Option<f64>,
+    pub account: String,
+    pub name: String,
+    /// The GPU type it ran on, where its AllocTRES typed its GPUs.
+    pub ran_on: Option<usize>,
+    /// The first node it ran on (`NodeList`), which gives the type where AllocTRES did not.
+    pub first_node: Option<String>,
+}
+
+/// The columns `heshare simulate --trace-format sacct` reads: the first six are required, the
+/// rest make the replay as recorded (limits, recurring jobs, request as asked, node).
+pub const SACCT_FORMAT: &str =
+    "JobID,Submit,Start,End,AllocTRES,User,Timelimit,Account,JobName,ReqTRES,NodeList";
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("{}:{line}: {field}: {message}", file.display())]
@@ -49,7 +69,8 @@ pub enum TraceFormat {
     Openb,
     /// `job_id,submit_s,duration_s,num_gpus,gpu_fraction,gpu_types,user,class`.
     Csv,
-    /// `sacct --parsable2 --allocations` with JobID, Submit, Start, End, AllocTRES, User.
+    /// `sacct --allocations --parsable2 --format=` [`SACCT_FORMAT`] (JobID, Submit, Start, End,
+    /// AllocTRES and User at least).
     Sacct,
 }
 
@@ -221,6 +242,7 @@ fn parse_openb(text: &str, file: &Path, cfg: &Config) -> Result<Vec<TraceJob>, T
             memory_mib: r.num(line, "memory_mib", f[base[2]])?,
             user: String::new(),
             class: None,
+            recorded: None,
         });
     }
     Ok(jobs)
@@ -318,6 +340,7 @@ fn parse_csv(text: &str, file: &Path, cfg: &Config) -> Result<Vec<TraceJob>, Tra
             memory_mib: 0,
             user: f[6].to_owned(),
             class,
+            recorded: None,
         });
     }
     Ok(jobs)
@@ -347,6 +370,59 @@ fn slurm_time(v: &str) -> Option<f64> {
     Some(secs)
 }
 
+/// A Slurm duration (`Timelimit`: `[D-]HH:MM:SS`, `MM:SS` or minutes) in seconds.
+fn slurm_duration(v: &str) -> Option<f64> {
+    let (days, rest) = match v.split_once('-') {
+        Some((d, r)) => (d.parse::<u64>().ok()?, r),
+        None => (0, v),
+    };
+    let parts: Vec<u64> = rest
+        .split(':')
+        .map(|p| p.parse::<u64>().ok())
+        .collect::<Option<_>>()?;
+    let secs = match parts.as_slice() {
+        [m] if !v.contains('-') => m * 60,
+        [h] => h * 3600,
+        [m, s] if !v.contains('-') => m * 60 + s,
+        [h, m] => h * 3600 + m * 60,
+        [h, m, s] => h * 3600 + m * 60 + s,
+        _ => return None,
+    };
+    #[allow(clippy::cast_precision_loss)]
+    Some((days * 86_400 + secs) as f64)
+}
+
+/// The GPU rows of a sacct dump that cannot be replayed because they never ran or have not
+/// ended (no Start or End): `(line, JobID, why)`, for the replay's summary.
+pub fn sacct_unreplayable(text: &str) -> Vec<(usize, String, &'static str)> {
+    let mut lines = text.lines().enumerate();
+    let Some((_, header)) = lines.next() else {
+        return vec![];
+    };
+    let cols: Vec<&str> = header.trim().split('|').collect();
+    let Some(idx) = header_index(&cols, &["JobID", "Start", "End", "AllocTRES"]) else {
+        return vec![];
+    };
+    lines
+        .filter_map(|(i, raw)| {
+            let f: Vec<&str> = raw.split('|').collect();
+            if f.len() < cols.len() {
+                return None;
+            }
+            let (gpus, mps, _) = alloc_tres_gpus(f[idx[3]]);
+            if gpus == 0 && mps == 0 {
+                return None;
+            }
+            let why = match (f[idx[1]].trim(), f[idx[2]].trim()) {
+                ("Unknown" | "None" | "", _) => "never started",
+                (_, "Unknown" | "None" | "") => "has not ended",
+                _ => return None,
+            };
+            Some((i + 1, f[idx[0]].trim().to_owned(), why))
+        })
+        .collect()
+}
+
 /// GPUs and MPS share of an AllocTRES string such as `cpu=4,mem=16G,node=1,gres/gpu:a100=2` or
 /// `...,gres/mps=30`; the GPU type when the TRES names one.
 fn alloc_tres_gpus(tres: &str) -> (u32, u32, Option<&str>) {
@@ -363,6 +439,9 @@ fn alloc_tres_gpus(tres: &str) -> (u32, u32, Option<&str>) {
             ty = Some(t);
         } else if k == "gres/mps" {
             mps = n;
+        } else if let Some(t) = k.strip_prefix("gres/mps:") {
+            mps = n;
+            ty = Some(t);
         }
     }
     (gpus, mps, ty)
@@ -376,8 +455,16 @@ fn parse_sacct(text: &str, file: &Path, cfg: &Config) -> Result<Vec<TraceJob>, T
         .ok_or_else(|| r.err(1, "header", "the file is empty"))?;
     let cols: Vec<&str> = header.trim().split('|').collect();
     let idx = header_index(&cols, &["JobID", "Submit", "Start", "End", "AllocTRES", "User"]).ok_or_else(|| {
-        r.err(1, "header", "expected sacct --parsable2 output with the fields JobID,Submit,Start,End,AllocTRES,User (e.g. sacct --allocations --parsable2 --format=JobID,Submit,Start,End,AllocTRES,User)")
+        r.err(1, "header", format!("expected sacct --parsable2 output with the fields JobID,Submit,Start,End,AllocTRES,User (e.g. sacct --allocations --parsable2 --format={SACCT_FORMAT})"))
     })?;
+    let opt = |name: &str| cols.iter().position(|c| c.eq_ignore_ascii_case(name));
+    let (limit_col, account_col, name_col, req_col, nodes_col) = (
+        opt("Timelimit"),
+        opt("Account"),
+        opt("JobName"),
+        opt("ReqTRES"),
+        opt("NodeList"),
+    );
     let mut jobs = Vec::new();
     let mut origin: Option<f64> = None;
     for (i, raw) in lines {
@@ -397,6 +484,11 @@ fn parse_sacct(text: &str, file: &Path, cfg: &Config) -> Result<Vec<TraceJob>, T
         if gpus == 0 && mps == 0 {
             continue; // CPU-only jobs use no GPU energy.
         }
+        // The request as asked where ReqTRES is exported (typed or not), else as allocated.
+        let (gpus, mps, asked_ty) = match req_col.map(|c| alloc_tres_gpus(f[c])) {
+            Some((g, m, t)) if g > 0 || m > 0 => (g, m, t),
+            _ => (gpus, mps, ty),
+        };
         let (start, end) = (f[idx[2]].trim(), f[idx[3]].trim());
         if matches!(start, "Unknown" | "None" | "") || matches!(end, "Unknown" | "None" | "") {
             continue; // Never ran, or still running: no duration to replay.
@@ -427,14 +519,46 @@ fn parse_sacct(text: &str, file: &Path, cfg: &Config) -> Result<Vec<TraceJob>, T
             duration_s: e - s,
             num_gpus,
             gpu_milli,
-            gpu_types: match ty {
-                Some(t) => r.gpu_types(line, "AllocTRES", t, cfg)?,
+            gpu_types: match asked_ty {
+                Some(t) => r.gpu_types(
+                    line,
+                    if req_col.is_some() {
+                        "ReqTRES"
+                    } else {
+                        "AllocTRES"
+                    },
+                    t,
+                    cfg,
+                )?,
                 None => vec![],
             },
             cpu_milli: 0,
             memory_mib: 0,
             user: f[idx[5]].trim().to_owned(),
             class: None,
+            recorded: Some(Recorded {
+                limit_s: match limit_col.map(|c| f[c].trim()) {
+                    None | Some("" | "UNLIMITED" | "Partition_Limit" | "INVALID") => None,
+                    Some(v) => Some(slurm_duration(v).ok_or_else(|| {
+                        r.err(
+                            line,
+                            "Timelimit",
+                            format!("\"{v}\" is not a Slurm duration [D-]HH:MM:SS"),
+                        )
+                    })?),
+                },
+                account: account_col.map_or("", |c| f[c].trim()).to_owned(),
+                name: name_col.map_or("", |c| f[c].trim()).to_owned(),
+                ran_on: match ty {
+                    Some(t) => r.gpu_types(line, "AllocTRES", t, cfg)?.first().copied(),
+                    None => None,
+                },
+                first_node: nodes_col
+                    .map(|c| f[c].trim())
+                    .filter(|v| !v.is_empty() && *v != "None assigned")
+                    .and_then(|v| crate::cluster::slurm::expand_hostlist(v).ok())
+                    .and_then(|v| v.into_iter().next()),
+            }),
         });
     }
     Ok(jobs)
@@ -614,6 +738,22 @@ mod tests {
         assert_eq!((e.line, e.field.as_str()), (2, "Submit"));
         let e = parse("JobID|User\n", TraceFormat::Sacct, p(), &cfg).expect_err("header");
         assert_eq!(e.field, "header");
+    }
+
+    #[test]
+    fn slurm_durations_read_as_sacct_writes_time_limits() {
+        assert_eq!(slurm_duration("02:00:00"), Some(7200.0));
+        assert_eq!(slurm_duration("1-00:00:00"), Some(86_400.0));
+        assert_eq!(slurm_duration("3-12"), Some(3.5 * 86_400.0));
+        assert_eq!(slurm_duration("30:00"), Some(1800.0));
+        assert_eq!(slurm_duration("90"), Some(5400.0), "minutes");
+        assert_eq!(slurm_duration("1:2:3:4"), None);
+        assert_eq!(slurm_duration("soon"), None);
+        assert_eq!(alloc_tres_gpus("cpu=4,gres/mps:t4=25"), (0, 25, Some("t4")));
+        let cfg = cfg();
+        let bad = "JobID|Submit|Start|End|AllocTRES|User|Timelimit\n1|2026-01-01T00:00:00|2026-01-01T00:00:00|2026-01-01T01:00:00|gres/gpu=1|a|later\n";
+        let e = parse(bad, TraceFormat::Sacct, Path::new("s.txt"), &cfg).expect_err("bad limit");
+        assert_eq!((e.line, e.field.as_str()), (2, "Timelimit"), "{e}");
     }
 
     #[test]
