@@ -104,7 +104,9 @@ dbd_port=$((port + 4))
 
 accounting_lines() {
   if [ "$dbd" = 1 ]; then
-    printf 'AccountingStorageType=accounting_storage/slurmdbd\nAccountingStorageHost=localhost\nAccountingStoragePort=%s\nJobAcctGatherType=jobacct_gather/none' "$dbd_port"
+    # GRES are accounted (in sacct's AllocTRES and ReqTRES) only where listed, typed ones by
+    # name: what `heshare simulate --trace-format sacct` replays a site's jobs from.
+    printf 'AccountingStorageType=accounting_storage/slurmdbd\nAccountingStorageHost=localhost\nAccountingStoragePort=%s\nAccountingStorageTRES=gres/gpu,gres/mps,gres/gpu:a100,gres/gpu:v100m16,gres/gpu:t4\nJobAcctGatherType=jobacct_gather/none' "$dbd_port"
   else
     printf 'AccountingStorageType=accounting_storage/none'
   fi

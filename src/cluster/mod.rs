@@ -25,6 +25,9 @@ pub struct Node {
     pub gpus: u32,
     /// Index into `Config::gpu_types`; `None` for a node without GPUs.
     pub gpu_type: Option<usize>,
+    /// Whether its GPUs take MPS shares (`gres/mps` on its slurm.conf line); an openb node list
+    /// does not say, and every one of its GPU nodes may share.
+    pub mps: bool,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -126,6 +129,7 @@ pub fn parse_node_list(text: &str, file: &Path, cfg: &Config) -> Result<Vec<Node
             memory_mib,
             gpus,
             gpu_type,
+            mps: true,
         });
     }
     Ok(nodes)

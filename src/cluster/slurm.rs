@@ -153,6 +153,8 @@ struct Props {
     memory_mib: Option<u64>,
     /// `(type or None for untyped, count)` per `gpu` GRES.
     gpus: Option<Vec<(Option<String>, u32)>>,
+    /// Whether its `Gres=` has `mps`.
+    mps: bool,
 }
 
 /// Reads the nodes of a slurm.conf or of `scontrol show node --oneliner` output; `gres_conf`
@@ -201,6 +203,7 @@ pub fn parse_slurm_nodes(
                 "realmemory" => p.memory_mib = Some(num("RealMemory")?),
                 "gres" => {
                     let mut gpus = Vec::new();
+                    p.mps = false;
                     // scontrol writes a node without GRES as `Gres=(null)`.
                     let specs = if v.eq_ignore_ascii_case("(null)") {
                         Vec::new()
@@ -209,6 +212,9 @@ pub fn parse_slurm_nodes(
                     };
                     for spec in specs {
                         let parts: Vec<&str> = spec.split(':').collect();
+                        if parts[0].eq_ignore_ascii_case("mps") {
+                            p.mps = true;
+                        }
                         if !parts[0].eq_ignore_ascii_case("gpu") {
                             continue; // mps, shard and other GRES hold no GPU of their own.
                         }
@@ -316,6 +322,7 @@ pub fn parse_slurm_nodes(
                 memory_mib,
                 gpus: if gpu_type.is_some() { total } else { 0 },
                 gpu_type,
+                mps: p.mps && gpu_type.is_some(),
             });
         }
     }
@@ -391,6 +398,7 @@ PartitionName=gpu Nodes=ALL Default=YES
             ),
             (2, Some(t4), 32_000, 256_000)
         );
+        assert!(nodes[0].mps && !nodes[2].mps, "mps where its Gres= says");
         // No GRES of its own: the DEFAULT line gave none either.
         assert_eq!((nodes[3].gpus, nodes[3].gpu_type), (0, None));
         assert_eq!(nodes[3].cpu_milli, 64_000, "the DEFAULT line's CPUs");

@@ -34,6 +34,11 @@ pub struct Replay {
     pub type_unknown: usize,
 }
 
+/// How many GPU types the cluster has.
+fn present(per_node: &[u32]) -> usize {
+    per_node.iter().filter(|&&n| n > 0).count()
+}
+
 /// The trace's jobs as recorded on `nodes`, what is not recorded drawn from `seed`.
 pub fn recorded_jobs(
     cfg: &Config,
@@ -48,9 +53,12 @@ pub fn recorded_jobs(
     let inference = cfg.classes_of(JobKind::Inference);
     // The most GPUs of each type one node has.
     let mut per_node = vec![0u32; cfg.gpu_types.len()];
+    // The types some node of which takes MPS shares.
+    let mut mps = vec![false; cfg.gpu_types.len()];
     for n in nodes {
         if let Some(t) = n.gpu_type {
             per_node[t] = per_node[t].max(n.gpus);
+            mps[t] |= n.mps;
         }
     }
     let node_type: HashMap<&str, usize> = nodes
@@ -68,17 +76,34 @@ pub fn recorded_jobs(
         left_out: Vec::new(),
         type_unknown: 0,
     };
-    for src in rows {
+    for row in rows {
+        let share = row.gpu_milli < 1000;
         let allowed: Vec<usize> = (0..cfg.gpu_types.len())
-            .filter(|t| src.gpu_types.is_empty() || src.gpu_types.contains(t))
-            .filter(|&t| per_node[t] > 0)
+            .filter(|t| row.gpu_types.is_empty() || row.gpu_types.contains(t))
+            .filter(|&t| per_node[t] > 0 && (!share || mps[t]))
             .collect();
+        // Slurm runs an untyped gres/mps share only where nodes have gres/mps: where some type
+        // has none, the share is held to the types that do, as Slurm would hold it.
+        let held;
+        let src = if share && row.gpu_types.is_empty() && allowed.len() < present(&per_node) {
+            held = TraceJob {
+                gpu_types: allowed.clone(),
+                ..row.clone()
+            };
+            &held
+        } else {
+            row
+        };
         if !allowed.iter().any(|&t| per_node[t] >= src.num_gpus) {
             let most = allowed.iter().map(|&t| per_node[t]).max().unwrap_or(0);
             out.left_out.push(LeftOut {
                 id: src.id.clone(),
                 why: if allowed.is_empty() {
-                    "no node has a GPU type it allows".to_owned()
+                    if share {
+                        "no node of a type it allows takes MPS shares (gres/mps)".to_owned()
+                    } else {
+                        "no node has a GPU type it allows".to_owned()
+                    }
                 } else {
                     format!(
                         "it asks {} GPUs on one node; the cluster's nodes of the types it allows have at most {most}",
@@ -90,13 +115,13 @@ pub fn recorded_jobs(
         }
         let rec = src.recorded.clone().unwrap_or_default();
         let next_user = u32::try_from(users.len()).unwrap_or(u32::MAX);
-        let user = *users.entry(src.user.as_str()).or_insert(next_user);
+        let user = *users.entry(row.user.as_str()).or_insert(next_user);
         let fraction = f64::from(src.gpu_milli) / 1000.0;
         let next = templates.len();
         let key = (
-            src.user.as_str(),
-            src.recorded.as_ref().map_or("", |r| r.account.as_str()),
-            src.recorded.as_ref().map_or("", |r| r.name.as_str()),
+            row.user.as_str(),
+            row.recorded.as_ref().map_or("", |r| r.account.as_str()),
+            row.recorded.as_ref().map_or("", |r| r.name.as_str()),
         );
         let entry = templates.entry(key).or_insert_with(|| {
             let named = src
@@ -193,7 +218,7 @@ JobID|Submit|Start|End|AllocTRES|User|Timelimit|Account|JobName|ReqTRES|NodeList
 
     fn nodes(cfg: &Config) -> Vec<Node> {
         crate::cluster::slurm::parse_slurm_nodes(
-            "NodeName=a01 CPUs=64 Gres=gpu:a100:4\nNodeName=t01 CPUs=32 Gres=gpu:t4:4\n",
+            "NodeName=a01 CPUs=64 Gres=gpu:a100:4\nNodeName=t01 CPUs=32 Gres=gpu:t4:4,mps:400\n",
             Path::new("slurm.conf"),
             None,
             cfg,
@@ -230,8 +255,10 @@ JobID|Submit|Start|End|AllocTRES|User|Timelimit|Account|JobName|ReqTRES|NodeList
         assert_eq!(r.jobs[0].class, r.jobs[1].class);
         assert!(r.jobs[0].gpu_types.is_empty(), "asked untyped (ReqTRES)");
         assert_eq!((r.jobs[0].limit_s, r.jobs[2].limit_s), (7200.0, 86_400.0));
-        // 12 is bob's 25% MPS share: a service, its own template and user.
+        // 12 is bob's 25% MPS share: a service, its own template and user, held to the type
+        // whose nodes take MPS shares, as Slurm holds an untyped gres/mps.
         assert_eq!((r.jobs[2].num_gpus, r.jobs[2].gpu_milli), (1, 250));
+        assert_eq!(r.jobs[2].gpu_types, vec![t4]);
         assert_eq!(world.kind(r.jobs[2].class), JobKind::Inference);
         assert_ne!(r.jobs[2].template, r.jobs[0].template);
         assert_ne!(r.jobs[2].user, r.jobs[0].user);

@@ -467,6 +467,7 @@ fn parse_sacct(text: &str, file: &Path, cfg: &Config) -> Result<Vec<TraceJob>, T
     );
     let mut jobs = Vec::new();
     let mut origin: Option<f64> = None;
+    let (mut rows, mut gpu_rows) = (0usize, 0usize);
     for (i, raw) in lines {
         let line = i + 1;
         if raw.trim().is_empty() {
@@ -480,10 +481,12 @@ fn parse_sacct(text: &str, file: &Path, cfg: &Config) -> Result<Vec<TraceJob>, T
                 format!("{} fields, the header has {}", f.len(), cols.len()),
             ));
         }
+        rows += 1;
         let (gpus, mps, ty) = alloc_tres_gpus(f[idx[4]]);
         if gpus == 0 && mps == 0 {
             continue; // CPU-only jobs use no GPU energy.
         }
+        gpu_rows += 1;
         // The request as asked where ReqTRES is exported (typed or not), else as allocated.
         let (gpus, mps, asked_ty) = match req_col.map(|c| alloc_tres_gpus(f[c])) {
             Some((g, m, t)) if g > 0 || m > 0 => (g, m, t),
@@ -560,6 +563,15 @@ fn parse_sacct(text: &str, file: &Path, cfg: &Config) -> Result<Vec<TraceJob>, T
                     .and_then(|v| v.into_iter().next()),
             }),
         });
+    }
+    if rows > 0 && gpu_rows == 0 {
+        // Slurm accounts a GRES only where slurm.conf lists it: without that, nothing in the
+        // export says which jobs had GPUs.
+        return Err(r.err(
+            2,
+            "AllocTRES",
+            format!("none of the {rows} rows has a GPU in AllocTRES (gres/gpu or gres/mps): Slurm accounts GRES only where slurm.conf lists them, e.g. AccountingStorageTRES=gres/gpu,gres/mps,gres/gpu:a100 (each type by name); jobs that ended before it was set carry none"),
+        ));
     }
     Ok(jobs)
 }
@@ -750,6 +762,13 @@ mod tests {
         assert_eq!(slurm_duration("1:2:3:4"), None);
         assert_eq!(slurm_duration("soon"), None);
         assert_eq!(alloc_tres_gpus("cpu=4,gres/mps:t4=25"), (0, 25, Some("t4")));
+        // A cluster that does not account GRES: nothing says which jobs had GPUs.
+        let plain = "JobID|Submit|Start|End|AllocTRES|User\n1|2026-01-01T00:00:00|2026-01-01T00:00:00|2026-01-01T01:00:00|billing=1,cpu=1,node=1|a\n";
+        let e = parse(plain, TraceFormat::Sacct, Path::new("s.txt"), &cfg()).expect_err("no GRES");
+        assert!(
+            e.to_string().contains("AccountingStorageTRES=gres/gpu"),
+            "{e}"
+        );
         let cfg = cfg();
         let bad = "JobID|Submit|Start|End|AllocTRES|User|Timelimit\n1|2026-01-01T00:00:00|2026-01-01T00:00:00|2026-01-01T01:00:00|gres/gpu=1|a|later\n";
         let e = parse(bad, TraceFormat::Sacct, Path::new("s.txt"), &cfg).expect_err("bad limit");
