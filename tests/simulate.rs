@@ -504,7 +504,7 @@ fn a_sites_sacct_replays_as_recorded_and_names_what_it_leaves_out() {
                 "--seeds",
                 "1",
                 "--policies",
-                "slurm-exclusive,heshare",
+                "slurm-mps,heshare",
             ])
             .arg("--cluster")
             .arg(dir.join("slurm.conf"))
@@ -534,6 +534,11 @@ fn a_sites_sacct_replays_as_recorded_and_names_what_it_leaves_out() {
         "{out}"
     );
     assert!(out.contains("workload: as recorded"), "{out}");
+    assert!(
+        out.contains("verdict: on these jobs heshare would have used")
+            && out.contains("than plain Slurm as configured (slurm-mps)"),
+        "{out}"
+    );
     assert!(
         !out.contains("jobs never started"),
         "every replayed job ran: {out}"

@@ -492,6 +492,19 @@ fn print(
         }
         Ok(())
     };
+    if let (true, Some(v)) = (r.recorded, r.verdict) {
+        writeln!(
+            out,
+            "verdict: on these jobs heshare would have used {:.1} kWh {} than plain Slurm as configured (slurm-mps), {:.1}% of its facility energy; {:.1}% of jobs would have finished more than {:.0}% later, {:.1}% more than {:.0}% sooner (median over seeds)",
+            v.kwh_saved.abs(),
+            if v.kwh_saved >= 0.0 { "less" } else { "more" },
+            100.0 * v.saved_fraction.abs(),
+            100.0 * v.later,
+            100.0 * v.margin,
+            100.0 * v.sooner,
+            100.0 * v.margin
+        )?;
+    }
     ratios(out, "heshare as it ships vs the best baseline", &r.shipped)?;
     ratios(
         out,

@@ -624,6 +624,18 @@ pub struct RunMetrics {
     pub daily: Vec<Period>,
     /// How heshare used profiles (heshare as it ships only).
     pub profiles: Option<super::learning::ProfileStats>,
+    /// Per job of the workload (in its order, reruns folded into the job they rerun): when its
+    /// first run started, its JCT as `jct_all_s` counts it, and the GPU energy of all its runs
+    /// (what a replay compares job by job across schedulers).
+    pub by_job: Vec<JobOutcome>,
+}
+
+/// What became of one job of the workload.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct JobOutcome {
+    pub start_s: Option<f64>,
+    pub jct_s: Option<f64>,
+    pub gpu_energy_j: f64,
 }
 
 /// The jobs submitted in one stretch of simulated time.
@@ -1606,7 +1618,11 @@ fn close(st: &mut State<'_>, world: &World, r: Run<'_>, makespan: f64) -> RunMet
         errors: Vec::new(),
         daily: Vec::new(),
         profiles: None,
+        by_job: vec![JobOutcome::default(); jobs],
     };
+    for j in &st.jobs {
+        m.by_job[j.origin].gpu_energy_j += j.energy_j;
+    }
     #[allow(clippy::cast_precision_loss)]
     let capacity_time = st.gpus.len() as f64 * end.max(1e-9);
     let mut alloc = 0.0;
@@ -1680,6 +1696,7 @@ fn close(st: &mut State<'_>, world: &World, r: Run<'_>, makespan: f64) -> RunMet
         if first.start_s.is_none() {
             continue;
         }
+        m.by_job[o].start_s = first.start_s;
         let wk = day(first.submit_s);
         let j = &st.jobs[k];
         let jct = if let Some(f) = j.finish_s {
@@ -1697,6 +1714,7 @@ fn close(st: &mut State<'_>, world: &World, r: Run<'_>, makespan: f64) -> RunMet
             continue;
         };
         m.jct_all_s.push(jct);
+        m.by_job[o].jct_s = Some(jct);
         if m.daily.len() <= wk {
             m.daily.resize(wk + 1, Period::default());
         }

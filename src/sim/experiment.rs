@@ -333,6 +333,72 @@ pub struct Report {
     /// The world's GPU power figures and where each came from.
     pub world_power: Vec<super::world::TypePower>,
     pub runs: Vec<SeedRun>,
+    /// heshare against plain Slurm on the same jobs, job by job, where both ran.
+    pub verdict: Option<Verdict>,
+}
+
+/// What an admin asks of a replay: the energy heshare would have saved against plain Slurm as
+/// configured (`slurm-mps`: shares as MPS, as the site's Slurm runs them) on the same jobs, and
+/// how many jobs it would have made wait or run longer. Medians over seeds.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct Verdict {
+    /// Facility kWh plain Slurm used less heshare's, over the common horizon of each seed.
+    pub kwh_saved: f64,
+    /// The same as a fraction of plain Slurm's.
+    pub saved_fraction: f64,
+    /// Jobs whose JCT under heshare exceeds plain Slurm's by more than `margin` of it, and
+    /// those it shortens by more than that, as fractions of the jobs both completed.
+    pub later: f64,
+    pub sooner: f64,
+    pub margin: f64,
+}
+
+/// How far a job's JCT must move for the verdict to count it later or sooner: a tenth, the
+/// change a user notices in a job's turnaround.
+const VERDICT_MARGIN: f64 = 0.1;
+
+/// The verdict of `done`'s heshare runs against its slurm-mps runs, seed by seed.
+fn verdict(spec: &Spec, done: &[Done], kwh: &dyn Fn(&Done) -> f64) -> Option<Verdict> {
+    let of = |name: &str, seed: u64| {
+        done.iter()
+            .find(|d| d.seed == seed && spec.policies[d.policy] == name)
+    };
+    // Per seed: kWh saved, the fraction saved, jobs later, jobs sooner.
+    let mut per_seed: Vec<[f64; 4]> = Vec::new();
+    for &seed in &spec.seeds {
+        let (Some(h), Some(p)) = (of("heshare", seed), of("slurm-mps", seed)) else {
+            continue;
+        };
+        let (mut later, mut sooner, mut both) = (0usize, 0usize, 0usize);
+        for (a, b) in h.metrics.by_job.iter().zip(&p.metrics.by_job) {
+            if let (Some(x), Some(y)) = (a.jct_s, b.jct_s) {
+                both += 1;
+                later += usize::from(x > y * (1.0 + VERDICT_MARGIN));
+                sooner += usize::from(x < y * (1.0 - VERDICT_MARGIN));
+            }
+        }
+        let (eh, ep) = (kwh(h), kwh(p));
+        #[allow(clippy::cast_precision_loss)]
+        let n = both.max(1) as f64;
+        #[allow(clippy::cast_precision_loss)]
+        per_seed.push([
+            ep - eh,
+            (ep - eh) / ep.max(1e-12),
+            later as f64 / n,
+            sooner as f64 / n,
+        ]);
+    }
+    if per_seed.is_empty() {
+        return None;
+    }
+    let med = |i: usize| median_of(&per_seed.iter().map(|x| x[i]).collect::<Vec<f64>>());
+    Some(Verdict {
+        kwh_saved: med(0),
+        saved_fraction: med(1),
+        later: med(2),
+        sooner: med(3),
+        margin: VERDICT_MARGIN,
+    })
 }
 
 impl Report {
@@ -858,6 +924,11 @@ fn summarise(
         })
         .collect();
     let bounds: Vec<f64> = runs.iter().map(|r| r.energy_lower_bound_kwh).collect();
+    let verdict = verdict(spec, done, &|d: &Done| {
+        runs.iter()
+            .find(|r| r.seed == d.seed && r.policy == spec.policies[d.policy])
+            .map_or(0.0, |r| r.facility_kwh)
+    });
     Report {
         load: spec.load,
         recorded: spec.recorded,
@@ -888,6 +959,7 @@ fn summarise(
         energy_lower_bound_kwh: median_of(&bounds),
         world_power,
         runs,
+        verdict,
     }
 }
 

@@ -46,6 +46,8 @@ pub struct Recorded {
     pub ran_on: Option<usize>,
     /// The first node it ran on (`NodeList`), which gives the type where AllocTRES did not.
     pub first_node: Option<String>,
+    /// When it started, in seconds from the trace start (as `TraceJob::submit_s`).
+    pub start_s: f64,
 }
 
 /// The columns `heshare simulate --trace-format sacct` reads: the first six are required, the
@@ -561,6 +563,7 @@ fn parse_sacct(text: &str, file: &Path, cfg: &Config) -> Result<Vec<TraceJob>, T
                     .filter(|v| !v.is_empty() && *v != "None assigned")
                     .and_then(|v| crate::cluster::slurm::expand_hostlist(v).ok())
                     .and_then(|v| v.into_iter().next()),
+                start_s: s - base,
             }),
         });
     }
