@@ -534,6 +534,11 @@ fn a_sites_sacct_replays_as_recorded_and_names_what_it_leaves_out() {
         "{out}"
     );
     assert!(out.contains("workload: as recorded"), "{out}");
+    // The example site powers idle nodes down: the answer without it too.
+    assert!(
+        out.contains("without power saving (SuspendTime off, every node always on): plain Slurm"),
+        "{out}"
+    );
     assert!(
         out.contains("verdict: on these jobs heshare would have used")
             && out.contains("than plain Slurm as configured (slurm-mps)"),

@@ -129,6 +129,9 @@ pub fn run(out: &mut impl Write, cfg: &Config, args: &SimulateArgs, load: f64) -
         cfg.policy.resize_asked_shares,
         &notes,
     )?;
+    if recorded {
+        other_power_saving(out, cfg, &nodes, &trace, &spec)?;
+    }
     if let Some(path) = &args.plot {
         plot(path, &report)?;
     }
@@ -143,6 +146,49 @@ pub fn run(out: &mut impl Write, cfg: &Config, args: &SimulateArgs, load: f64) -
         std::fs::write(path, serde_json::to_string_pretty(&o)? + "\n")
             .with_context(|| format!("{}: cannot write", path.display()))?;
     }
+    Ok(())
+}
+
+/// A replay as recorded, answered the other way of power saving too: plain Slurm and heshare
+/// on the same jobs with the site's power saving off where it is on, and on (Slurm's usual
+/// 600 s idle, the boot time given) where it is off, so an admin sees what each part saves.
+fn other_power_saving(
+    out: &mut impl Write,
+    cfg: &Config,
+    nodes: &[crate::cluster::Node],
+    trace: &[crate::sim::trace::TraceJob],
+    spec: &Spec,
+) -> Result<()> {
+    let mut other = spec.clone();
+    other.saving.suspend_time_s = match spec.saving.suspend_time_s {
+        Some(_) => None,
+        None => Some(600.0),
+    };
+    other.policies = vec!["slurm-mps".to_owned(), "heshare".to_owned()];
+    let r = experiment::run(cfg, nodes, trace, &other, &|| {}).map_err(|e| anyhow!(e))?;
+    let kwh = |name: &str| {
+        r.rows
+            .iter()
+            .find(|x| x.policy == name)
+            .map_or(f64::NAN, |x| x.facility_kwh)
+    };
+    let how = match other.saving.suspend_time_s {
+        Some(s) => format!("with power saving (SuspendTime={s:.0}, the other settings as above)"),
+        None => "without power saving (SuspendTime off, every node always on)".to_owned(),
+    };
+    writeln!(
+        out,
+        "{how}: plain Slurm as configured (slurm-mps) {:.1} kWh, heshare {:.1} kWh (mean over seeds){}",
+        kwh("slurm-mps"),
+        kwh("heshare"),
+        r.verdict.map_or(String::new(), |v| format!(
+            "; {:.1}% of jobs more than {:.0}% later, {:.1}% more than {:.0}% sooner",
+            100.0 * v.later,
+            100.0 * v.margin,
+            100.0 * v.sooner,
+            100.0 * v.margin
+        ))
+    )?;
     Ok(())
 }
 
@@ -647,10 +693,12 @@ fn plot(path: &std::path::Path, r: &Report) -> Result<()> {
         panel("p99 job completion time", "s", &|x| x.p99_jct_s),
     ];
     let title = format!(
-        "Time mode: {} jobs x {} seeds, {} GPUs, load {:.2}",
+        "Time mode: {} jobs{} x {} seeds, {} GPUs, {}load {:.2}",
         r.jobs_per_seed,
+        if r.recorded { " as recorded" } else { "" },
         r.seeds.len(),
         r.gpus,
+        if r.recorded { "offered " } else { "" },
         r.load
     );
     std::fs::write(path, crate::report::bar_chart_svg(&title, &panels))
