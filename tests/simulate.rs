@@ -519,7 +519,23 @@ fn a_sites_sacct_replays_as_recorded_and_names_what_it_leaves_out() {
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         String::from_utf8_lossy(&o.stdout).into_owned()
     };
-    let out = run(&[]);
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let csv = tmp.path().join("jobs.csv");
+    let out = run(&["--jobs-csv", csv.to_str().expect("utf-8 path")]);
+    let rows = std::fs::read_to_string(&csv).expect("jobs csv written");
+    let mut lines = rows.lines();
+    assert_eq!(
+        lines.next(),
+        Some("policy,seed,job,submit_s,start_s,jct_s,gpu_kwh")
+    );
+    let body: Vec<&str> = lines.collect();
+    assert_eq!(body.len(), 2 * 300, "every job under both policies");
+    // The first job of the week, by its JobID, started and ended under plain Slurm.
+    let first = body
+        .iter()
+        .find(|l| l.starts_with("slurm-mps,42,40001,0,"))
+        .unwrap_or_else(|| panic!("{rows}"));
+    assert!(first.split(',').all(|f| !f.is_empty()), "{first}");
     assert!(
         out.contains("time mode: 300 jobs as recorded x 1 seeds"),
         "{out}"

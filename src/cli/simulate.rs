@@ -125,6 +125,12 @@ pub struct SimulateArgs {
     /// Also write the results as JSON.
     #[arg(long, value_name = "FILE")]
     pub(super) json: Option<PathBuf>,
+    /// Time mode: write each job's outcome under each policy and seed as CSV
+    /// (`policy,seed,job,submit_s,start_s,jct_s,gpu_kwh`; `job` is the sacct JobID in a replay as
+    /// recorded, else the job's place in the workload; an empty start or JCT: it never started
+    /// or never ended).
+    #[arg(long, value_name = "FILE")]
+    pub(super) jobs_csv: Option<PathBuf>,
     /// Also draw the results as an SVG chart.
     #[arg(long, value_name = "FILE.svg")]
     pub(super) plot: Option<PathBuf>,

@@ -132,6 +132,13 @@ pub fn run(out: &mut impl Write, cfg: &Config, args: &SimulateArgs, load: f64) -
     if recorded {
         other_power_saving(out, cfg, &nodes, &trace, &spec)?;
     }
+    if let Some(path) = &args.jobs_csv {
+        let ids = recorded.then(|| {
+            let world = crate::sim::world::World::new(cfg);
+            crate::sim::replay::recorded_jobs(cfg, &world, &trace, &nodes, 42).ids
+        });
+        jobs_csv(path, &report, ids.as_deref())?;
+    }
     if let Some(path) = &args.plot {
         plot(path, &report)?;
     }
@@ -147,6 +154,32 @@ pub fn run(out: &mut impl Write, cfg: &Config, args: &SimulateArgs, load: f64) -
             .with_context(|| format!("{}: cannot write", path.display()))?;
     }
     Ok(())
+}
+
+/// Each job's outcome under each policy and seed (`--jobs-csv`); `ids` name the jobs (a
+/// replay's JobIDs), else their place in the workload.
+fn jobs_csv(path: &std::path::Path, r: &Report, ids: Option<&[String]>) -> Result<()> {
+    use std::fmt::Write as _;
+    let mut s = String::from("policy,seed,job,submit_s,start_s,jct_s,gpu_kwh\n");
+    let opt = |v: Option<f64>| v.map_or(String::new(), |x| format!("{x:.0}"));
+    for run in &r.runs {
+        for (k, j) in run.by_job.iter().enumerate() {
+            let id = ids
+                .and_then(|i| i.get(k))
+                .map_or_else(|| k.to_string(), Clone::clone);
+            let _ = writeln!(
+                s,
+                "{},{},{id},{:.0},{},{},{:.4}",
+                run.policy,
+                run.seed,
+                j.submit_s,
+                opt(j.start_s),
+                opt(j.jct_s),
+                j.gpu_energy_j / 3.6e6
+            );
+        }
+    }
+    std::fs::write(path, s).with_context(|| format!("{}: cannot write", path.display()))
 }
 
 /// A replay as recorded, answered the other way of power saving too: plain Slurm and heshare

@@ -633,6 +633,7 @@ pub struct RunMetrics {
 /// What became of one job of the workload.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct JobOutcome {
+    pub submit_s: f64,
     pub start_s: Option<f64>,
     pub jct_s: Option<f64>,
     pub gpu_energy_j: f64,
@@ -1622,6 +1623,9 @@ fn close(st: &mut State<'_>, world: &World, r: Run<'_>, makespan: f64) -> RunMet
     };
     for j in &st.jobs {
         m.by_job[j.origin].gpu_energy_j += j.energy_j;
+    }
+    for (o, out) in m.by_job.iter_mut().enumerate() {
+        out.submit_s = st.jobs[o].submit_s;
     }
     #[allow(clippy::cast_precision_loss)]
     let capacity_time = st.gpus.len() as f64 * end.max(1e-9);

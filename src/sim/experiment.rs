@@ -173,6 +173,9 @@ pub struct SeedRun {
     pub errors: Vec<engine::PredictionError>,
     pub daily: Vec<engine::Period>,
     pub profiles: Option<super::learning::ProfileStats>,
+    /// Each job's outcome, in workload order (`--jobs-csv`).
+    #[serde(skip)]
+    pub by_job: Vec<engine::JobOutcome>,
 }
 
 /// The spread of a scheduler's site factors over the jobs that started.
@@ -669,6 +672,7 @@ fn summarise(
             errors: m.errors.clone(),
             daily: m.daily.clone(),
             profiles: m.profiles.clone(),
+            by_job: m.by_job.clone(),
         });
     }
     let mut rows = Vec::new();

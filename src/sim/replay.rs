@@ -30,6 +30,8 @@ pub struct Replay {
     pub jobs: Vec<SimJob>,
     /// When each job started in the record (seconds from the trace start), as `jobs`.
     pub recorded_start_s: Vec<f64>,
+    /// Each job's JobID in the record, as `jobs`.
+    pub ids: Vec<String>,
     pub left_out: Vec<LeftOut>,
     /// Jobs whose record names neither the GPU type nor a node of the cluster it ran on: their
     /// work is set against the slowest type their request allows.
@@ -76,6 +78,7 @@ pub fn recorded_jobs(
     let mut out = Replay {
         jobs: Vec::new(),
         recorded_start_s: Vec::new(),
+        ids: Vec::new(),
         left_out: Vec::new(),
         type_unknown: 0,
     };
@@ -185,6 +188,7 @@ pub fn recorded_jobs(
             |l| l.max(runtime),
         );
         out.recorded_start_s.push(rec.start_s);
+        out.ids.push(row.id.clone());
         out.jobs.push(SimJob::new(
             class,
             (template, run),
