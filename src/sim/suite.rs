@@ -19,11 +19,24 @@ use serde::Serialize;
 use std::path::Path;
 
 /// The suite's version: bumped whenever a world changes, so that results name what they ran.
-pub const VERSION: u32 = 1;
+/// 2: the site-example world.
+pub const VERSION: u32 = 2;
+
+/// The seed the gavel world's rows are generated with (the suite's version when it was made:
+/// its rows stay the same when other worlds change).
+const GAVEL_ROWS_SEED: u64 = 1;
 
 const OPENB_MULTIGPU50: &str = include_str!(concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/data/alibaba-openb/openb_pod_list_multigpu50.csv"
+));
+const SITE_EXAMPLE_CONF: &str = include_str!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/data/site-example/slurm.conf"
+));
+const SITE_EXAMPLE_SACCT: &str = include_str!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/data/site-example/sacct.txt"
 ));
 const OPENB_GPUSPEC33: &str = include_str!(concat!(
     env!("CARGO_MANIFEST_DIR"),
@@ -37,6 +50,8 @@ pub enum ClusterSource {
     Openb { scale: f64 },
     /// Gavel's 36 K80 + 36 P100 + 36 V100 (`gavel_workload`).
     Gavel,
+    /// The made-up example site's slurm.conf (`data/site-example`), whole.
+    SiteExample,
 }
 
 /// Where a world's jobs are drawn from.
@@ -53,6 +68,8 @@ pub enum JobSource {
     OpenbGpuspec33,
     /// Gavel's generator over its 26 job types (`gavel_workload`), this many rows.
     Gavel { rows: usize },
+    /// The example site's sacct export, replayed as recorded (`sim::replay`).
+    SiteExampleSacct,
 }
 
 /// One world of the suite.
@@ -174,6 +191,18 @@ pub fn worlds() -> Vec<World> {
             cluster: ClusterSource::Openb { scale: 0.2 },
             jobs: 40_000,
             quick_jobs: 6_000,
+            ..base.clone()
+        },
+        World {
+            name: "site-example",
+            about: "a made-up site as an admin gives it: its slurm.conf (16 A100, 48 V100, 32 T4 \
+                    on 18 nodes, MPS on the A100 and T4 nodes, SuspendTime 600 s) and a week of \
+                    its sacct export (300 jobs) replayed as recorded",
+            cluster: ClusterSource::SiteExample,
+            jobs_from: JobSource::SiteExampleSacct,
+            load: 0.05,
+            jobs: 300,
+            quick_jobs: 300,
             ..base
         },
     ]
@@ -259,7 +288,7 @@ fn with_durations(mut jobs: Vec<TraceJob>, default: &[TraceJob]) -> Vec<TraceJob
 pub fn prepare(cfg: &Config, w: &World) -> Result<Prepared, String> {
     let cfg = match w.cluster {
         ClusterSource::Gavel => with_k80(cfg)?,
-        ClusterSource::Openb { .. } => cfg.clone(),
+        ClusterSource::Openb { .. } | ClusterSource::SiteExample => cfg.clone(),
     };
     let nodes = match w.cluster {
         ClusterSource::Openb { scale } => {
@@ -270,6 +299,13 @@ pub fn prepare(cfg: &Config, w: &World) -> Result<Prepared, String> {
         ClusterSource::Gavel => parse_node_list(
             &super::gavel_workload::cluster_csv(),
             Path::new("gavel cluster"),
+            &cfg,
+        )
+        .map_err(|e| e.to_string())?,
+        ClusterSource::SiteExample => crate::cluster::slurm::parse_slurm_nodes(
+            SITE_EXAMPLE_CONF,
+            Path::new("site-example/slurm.conf"),
+            None,
             &cfg,
         )
         .map_err(|e| e.to_string())?,
@@ -285,7 +321,14 @@ pub fn prepare(cfg: &Config, w: &World) -> Result<Prepared, String> {
             openb(OPENB_MULTIGPU50, "openb multigpu50 pod list")?,
             &openb(OPENB_DEFAULT_PODS, "openb default pod list")?,
         ),
-        JobSource::Gavel { rows } => super::gavel_workload::jobs(&cfg, rows, u64::from(VERSION)),
+        JobSource::Gavel { rows } => super::gavel_workload::jobs(&cfg, rows, GAVEL_ROWS_SEED),
+        JobSource::SiteExampleSacct => super::trace::parse(
+            SITE_EXAMPLE_SACCT,
+            TraceFormat::Sacct,
+            Path::new("site-example/sacct.txt"),
+            &cfg,
+        )
+        .map_err(|e| e.to_string())?,
     };
     let before = trace.len();
     let trace: Vec<TraceJob> = trace
@@ -311,11 +354,16 @@ pub struct Size {
 
 /// The spec world `w` runs with.
 pub fn spec(w: &World, size: Size, threads: usize) -> Spec {
+    // A replay as recorded has the record's jobs, whatever the size asks.
+    let recorded = w.jobs_from == JobSource::SiteExampleSacct;
     Spec {
         load: w.load,
-        jobs: size
-            .jobs
-            .unwrap_or(if size.quick { w.quick_jobs } else { w.jobs }),
+        jobs: if recorded {
+            w.jobs
+        } else {
+            size.jobs
+                .unwrap_or(if size.quick { w.quick_jobs } else { w.jobs })
+        },
         seeds: (0..size.seeds.max(1)).map(|s| 42 + s).collect(),
         max_duration_s: 172_800.0,
         users: 20,
@@ -333,7 +381,7 @@ pub fn spec(w: &World, size: Size, threads: usize) -> Spec {
         recurrence: w.recurrence,
         curve_days: 7,
         reruns: super::engine::Reruns::default(),
-        recorded: false,
+        recorded,
     }
 }
 
