@@ -564,6 +564,7 @@ fn a_sites_sacct_replays_as_recorded_and_names_what_it_leaves_out() {
         !out.contains("jobs never started"),
         "every replayed job ran: {out}"
     );
+    assert!(!out.contains("bundled openb slice"), "{out}");
     let drawn = run(&["--jobs", "200"]);
     assert!(drawn.contains("drawn, not replayed: 200 jobs"), "{drawn}");
 }

@@ -268,6 +268,12 @@ fn replay_notes(
         "replayed as recorded: every sacct row that ran, at its own submission over {:.1} days, with its request, time limit and runtime on the type it ran on; what sacct does not record (each recurring job's kind, speed on the other types, power) is drawn per seed; --jobs or --load draw a workload from the rows instead",
         span / 86_400.0
     ));
+    if args.cluster.is_none() {
+        notes.push(
+            "note: these jobs are replayed on the bundled openb slice, not on the cluster they ran on: give --cluster /etc/slurm/slurm.conf (or scontrol show node --oneliner output)"
+                .to_owned(),
+        );
+    }
     let name = |v: Vec<String>| {
         let shown: Vec<String> = v.iter().take(5).cloned().collect();
         let more = v.len().saturating_sub(shown.len());
