@@ -565,6 +565,20 @@ fn a_sites_sacct_replays_as_recorded_and_names_what_it_leaves_out() {
         "every replayed job ran: {out}"
     );
     assert!(!out.contains("bundled openb slice"), "{out}");
-    let drawn = run(&["--jobs", "200"]);
-    assert!(drawn.contains("drawn, not replayed: 200 jobs"), "{drawn}");
+    // --jobs cuts the record and --load scales its arrivals, each saying so.
+    let cut = run(&["--jobs", "200"]);
+    assert!(cut.contains("time mode: 200 jobs as recorded"), "{cut}");
+    assert!(
+        cut.contains("cut (--jobs 200): the first 200 of the 300 jobs"),
+        "{cut}"
+    );
+    let scaled = run(&["--load", "0.5"]);
+    assert!(
+        scaled.contains("time mode: 300 jobs as recorded"),
+        "{scaled}"
+    );
+    assert!(
+        scaled.contains("arrivals scaled (--load 0.5): submissions"),
+        "{scaled}"
+    );
 }

@@ -32,21 +32,13 @@ pub fn run(out: &mut impl Write, cfg: &Config, args: &SimulateArgs, load: f64) -
     }
     let (all_nodes, cluster_label, trace, trace_label) = inputs(cfg, args)?;
     let nodes = experiment::scale_nodes(&all_nodes, scale);
-    // A site's sacct is replayed as it ran unless the user asks for a drawn workload.
-    let recorded = args.trace_format == crate::sim::trace::TraceFormat::Sacct
-        && args.jobs.is_none()
-        && args.load.is_none();
+    // A site's sacct is replayed as it ran; --load and --jobs scale and cut that replay.
+    let recorded = args.trace_format == crate::sim::trace::TraceFormat::Sacct;
     let mut notes = Vec::new();
-    let (jobs, load) = if recorded {
-        let (n, offered) = replay_notes(cfg, args, &trace, &trace_label, &nodes, &mut notes)?;
-        (n, offered)
+    let (jobs, load, arrivals) = if recorded {
+        replay_notes(cfg, args, &trace, &trace_label, &nodes, &mut notes)?
     } else {
-        if args.trace_format == crate::sim::trace::TraceFormat::Sacct {
-            notes.push(format!(
-                "drawn, not replayed: {jobs} jobs drawn from the sacct rows at load {load:.2} (--jobs or --load given); without them the rows replay as recorded"
-            ));
-        }
-        (jobs, load)
+        (jobs, load, crate::sim::replay::Scaling::AS_RECORDED)
     };
     let saving = power_saving(args)?;
     let queue = queue_order(args)?;
@@ -107,6 +99,7 @@ pub fn run(out: &mut impl Write, cfg: &Config, args: &SimulateArgs, load: f64) -
             ..crate::sim::engine::Reruns::default()
         },
         recorded,
+        arrivals,
     };
     // Drawn on stderr, and only when it is a terminal.
     let bar =
@@ -135,7 +128,7 @@ pub fn run(out: &mut impl Write, cfg: &Config, args: &SimulateArgs, load: f64) -
     if let Some(path) = &args.jobs_csv {
         let ids = recorded.then(|| {
             let world = crate::sim::world::World::new(cfg);
-            crate::sim::replay::recorded_jobs(cfg, &world, &trace, &nodes, 42).ids
+            crate::sim::replay::recorded_jobs(cfg, &world, &trace, &nodes, 42, spec.arrivals).ids
         });
         jobs_csv(path, &report, ids.as_deref())?;
     }
@@ -225,8 +218,9 @@ fn other_power_saving(
     Ok(())
 }
 
-/// What a replay as recorded holds and leaves out, said in `notes`: the jobs it replays and the
-/// load they offered the cluster over the span they were submitted in.
+/// What a replay as recorded holds and leaves out, said in `notes`: the jobs it replays, the
+/// load they offer the cluster over the span they are submitted in, and how `--load` (arrivals
+/// closer together or further apart) and `--jobs` (the first jobs only) depart from the record.
 fn replay_notes(
     cfg: &Config,
     args: &SimulateArgs,
@@ -234,40 +228,98 @@ fn replay_notes(
     trace_label: &str,
     nodes: &[crate::cluster::Node],
     notes: &mut Vec<String>,
-) -> Result<(usize, f64)> {
+) -> Result<(usize, f64, crate::sim::replay::Scaling)> {
+    use crate::sim::replay::{Replay, Scaling, recorded_jobs};
     let world = crate::sim::world::World::new(cfg);
-    let r = crate::sim::replay::recorded_jobs(cfg, &world, trace, nodes, 42);
-    let first = r
-        .jobs
-        .iter()
-        .map(|j| j.submit_s)
-        .fold(f64::INFINITY, f64::min);
-    let ids: std::collections::HashSet<&str> = r.left_out.iter().map(|l| l.id.as_str()).collect();
-    let kept: Vec<&crate::sim::trace::TraceJob> = trace
-        .iter()
-        .filter(|t| t.num_gpus > 0 && !ids.contains(t.id.as_str()))
-        .collect();
-    let end = kept
-        .iter()
-        .map(|t| t.submit_s + t.duration_s)
-        .fold(first, f64::max);
+    let by_id: std::collections::HashMap<&str, &crate::sim::trace::TraceJob> =
+        trace.iter().map(|t| (t.id.as_str(), t)).collect();
     let gpus: f64 = nodes.iter().map(|n| f64::from(n.gpus)).sum();
-    let demand: f64 = kept
-        .iter()
-        .map(|t| f64::from(t.num_gpus) * f64::from(t.gpu_milli) / 1000.0 * t.duration_s)
-        .sum();
-    let span = (end - first).max(1.0);
-    let offered = demand / (gpus.max(1.0) * span);
-    if r.jobs.is_empty() {
+    // The span a replay's submissions and runs cover, and the load its jobs offer over it.
+    let offered = |r: &Replay, time: f64| {
+        let rows: Vec<&crate::sim::trace::TraceJob> = r
+            .ids
+            .iter()
+            .filter_map(|id| by_id.get(id.as_str()).copied())
+            .collect();
+        let first = rows
+            .iter()
+            .map(|t| t.submit_s * time)
+            .fold(f64::INFINITY, f64::min);
+        let end = rows
+            .iter()
+            .map(|t| t.submit_s * time + t.duration_s)
+            .fold(first, f64::max);
+        let demand: f64 = rows
+            .iter()
+            .map(|t| f64::from(t.num_gpus) * f64::from(t.gpu_milli) / 1000.0 * t.duration_s)
+            .sum();
+        let span = (end - first).max(1.0);
+        (span, demand / (gpus.max(1.0) * span))
+    };
+    let as_recorded = recorded_jobs(cfg, &world, trace, nodes, 42, Scaling::AS_RECORDED);
+    if as_recorded.jobs.is_empty() {
         bail!(
             "{trace_label}: no row of the trace can run on this cluster ({} left out)",
-            r.left_out.len()
+            as_recorded.left_out.len()
         );
     }
+    if args.jobs == Some(0) {
+        bail!("--jobs must be at least 1");
+    }
+    let cut = recorded_jobs(
+        cfg,
+        &world,
+        trace,
+        nodes,
+        42,
+        Scaling {
+            time: 1.0,
+            first: args.jobs,
+        },
+    );
+    let (_, recorded_load) = offered(&cut, 1.0);
+    // The load the cut jobs offer falls as their arrivals spread (their runs do not): the time
+    // factor that offers `--load`, by bisection in log time.
+    let time = args.load.map_or(1.0, |target| {
+        let (mut lo, mut hi) = (-12.0f64, 12.0f64);
+        for _ in 0..60 {
+            let mid = 0.5 * (lo + hi);
+            if offered(&cut, mid.exp()).1 > target {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+        }
+        (0.5 * (lo + hi)).exp()
+    });
+    let scaling = Scaling {
+        time,
+        first: args.jobs,
+    };
+    let r = recorded_jobs(cfg, &world, trace, nodes, 42, scaling);
+    let (span, load) = offered(&r, scaling.time);
     notes.push(format!(
-        "replayed as recorded: every sacct row that ran, at its own submission over {:.1} days, with its request, time limit and runtime on the type it ran on; what sacct does not record (each recurring job's kind, speed on the other types, power) is drawn per seed; --jobs or --load draw a workload from the rows instead",
+        "replayed as recorded: every sacct row that ran, at its own submission over {:.1} days, with its request, time limit and runtime on the type it ran on; what sacct does not record (each recurring job's kind, speed on the other types, power) is drawn per seed",
         span / 86_400.0
     ));
+    if let Some(l) = args.load {
+        let reached = if (load - l).abs() > 0.01 * l {
+            " (the most they can: submitted all at once, the longest run sets the span)"
+        } else {
+            ""
+        };
+        notes.push(format!(
+            "arrivals scaled (--load {l}): submissions {:.3}x as far apart as recorded, so the jobs offer load {load:.2} instead of the {recorded_load:.2} they offered{reached}",
+            scaling.time
+        ));
+    }
+    if let Some(n) = args.jobs {
+        notes.push(format!(
+            "cut (--jobs {n}): the first {} of the {} jobs the record holds",
+            r.jobs.len(),
+            as_recorded.jobs.len()
+        ));
+    }
     if args.cluster.is_none() {
         notes.push(
             "note: these jobs are replayed on the bundled openb slice, not on the cluster they ran on: give --cluster /etc/slurm/slurm.conf (or scontrol show node --oneliner output)"
@@ -322,7 +374,7 @@ fn replay_notes(
             r.type_unknown
         ));
     }
-    Ok((r.jobs.len(), offered))
+    Ok((r.jobs.len(), load, scaling))
 }
 
 /// How Slurm orders the queue: multifactor with age weighted 1000 over 7 days, then

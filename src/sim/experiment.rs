@@ -43,8 +43,11 @@ pub struct Spec {
     /// What users do with a job killed at its limit.
     pub reruns: engine::Reruns,
     /// Replay the trace as recorded (`sim::replay`, a site's sacct): each row one job at its
-    /// own submission, instead of `jobs` drawn from the rows at `load`.
+    /// own submission (as `arrivals` scales and cuts it), instead of `jobs` drawn from the rows
+    /// at `load`.
     pub recorded: bool,
+    /// How a replay as recorded departs from the record, where asked.
+    pub arrivals: super::replay::Scaling,
 }
 
 /// Keeps `scale` of the nodes of each GPU model (at least one), in file order, so the scaled
@@ -485,7 +488,7 @@ pub fn run(
             recurrence: spec.recurrence,
         };
         let jobs = if spec.recorded {
-            super::replay::recorded_jobs(cfg, &world, trace, nodes, seed).jobs
+            super::replay::recorded_jobs(cfg, &world, trace, nodes, seed, spec.arrivals).jobs
         } else {
             engine::generate_jobs(cfg, &world, trace, gpus, &present, wl)
         };

@@ -17,6 +17,23 @@ use crate::config::Config;
 use crate::model::JobKind;
 use std::collections::HashMap;
 
+/// How a replay departs from the record, only where the user asks (`--load`, `--jobs`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Scaling {
+    /// Each submission's time from the trace start is multiplied by this (below 1: the same
+    /// jobs arrive closer together, offering more load).
+    pub time: f64,
+    /// Only the first this many jobs of the record (by submission).
+    pub first: Option<usize>,
+}
+
+impl Scaling {
+    pub const AS_RECORDED: Scaling = Scaling {
+        time: 1.0,
+        first: None,
+    };
+}
+
 /// A row the replay leaves out, and why.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LeftOut {
@@ -50,6 +67,7 @@ pub fn recorded_jobs(
     trace: &[TraceJob],
     nodes: &[Node],
     seed: u64,
+    scaling: Scaling,
 ) -> Replay {
     let mut truths = SplitMix::new(seed ^ 0x0745_70F3_041D);
     let mut draws = SplitMix::new(seed ^ 0x005E_ED0F_70B5);
@@ -83,6 +101,9 @@ pub fn recorded_jobs(
         type_unknown: 0,
     };
     for row in rows {
+        if scaling.first.is_some_and(|n| out.jobs.len() >= n) {
+            break;
+        }
         let share = row.gpu_milli < 1000;
         let allowed: Vec<usize> = (0..cfg.gpu_types.len())
             .filter(|t| row.gpu_types.is_empty() || row.gpu_types.contains(t))
@@ -195,7 +216,7 @@ pub fn recorded_jobs(
             None,
             src,
             user,
-            src.submit_s,
+            src.submit_s * scaling.time,
             work_s,
             limit_s,
             truth,
@@ -242,7 +263,7 @@ JobID|Submit|Start|End|AllocTRES|User|Timelimit|Account|JobName|ReqTRES|NodeList
         let world = World::new(&cfg);
         let trace = parse(SACCT, TraceFormat::Sacct, Path::new("sacct.txt"), &cfg).expect("parses");
         assert_eq!(trace.len(), 4, "the row that never ran is not a job");
-        let r = recorded_jobs(&cfg, &world, &trace, &nodes(&cfg), 42);
+        let r = recorded_jobs(&cfg, &world, &trace, &nodes(&cfg), 42, Scaling::AS_RECORDED);
         assert_eq!(r.type_unknown, 0);
         assert_eq!(r.left_out.len(), 1);
         assert_eq!(r.left_out[0].id, "13");
@@ -296,7 +317,7 @@ JobID|Submit|Start|End|AllocTRES|User|Timelimit|Account|JobName|ReqTRES|NodeList
             &cfg,
         )
         .expect("example trace");
-        let r = recorded_jobs(&cfg, &world, &trace, &nodes, 42);
+        let r = recorded_jobs(&cfg, &world, &trace, &nodes, 42, Scaling::AS_RECORDED);
         assert_eq!(r.jobs.len(), 300);
         let recorded = r.recorded_start_s.clone();
         let pods: Vec<Pod> = trace.iter().map(Pod::from_trace).collect();

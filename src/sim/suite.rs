@@ -382,6 +382,7 @@ pub fn spec(w: &World, size: Size, threads: usize) -> Spec {
         curve_days: 7,
         reruns: super::engine::Reruns::default(),
         recorded,
+        arrivals: super::replay::Scaling::AS_RECORDED,
     }
 }
 
