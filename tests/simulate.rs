@@ -4,6 +4,17 @@
 use serde_json::Value;
 use std::process::Command;
 
+/// `heshare simulate ARGS` on the bundled config, whatever config the environment names; the
+/// caller adds path arguments and runs it.
+fn simulate(args: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_heshare"));
+    c.arg("simulate")
+        .args(args)
+        .env_remove("HESHARE_CONFIG")
+        .env("HESHARE_SYSTEM_CONFIG", "/nonexistent/heshare.toml");
+    c
+}
+
 #[test]
 fn placement_mode_reproduces_fgd_and_bestfit_within_one_point() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -414,12 +425,9 @@ fn unknown_policies_list_the_known_ones() {
 fn a_sites_slurm_conf_is_the_cluster_replayed() {
     let conf =
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("data/site-example/slurm.conf");
-    let o = Command::new(env!("CARGO_BIN_EXE_heshare"))
-        .args(["simulate", "--jobs", "300", "--seeds", "1"])
+    let o = simulate(&["--jobs", "300", "--seeds", "1"])
         .args(["--policies", "slurm-exclusive,heshare", "--cluster"])
         .arg(&conf)
-        .env_remove("HESHARE_CONFIG")
-        .env("HESHARE_SYSTEM_CONFIG", "/nonexistent/heshare.toml")
         .output()
         .expect("runs");
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
@@ -444,11 +452,7 @@ fn a_sites_slurm_conf_is_the_cluster_replayed() {
         "ClusterName=x\nNodeName=m[1-2] CPUs=8 Gres=gpu:mi300x:8\nNodeName=g1 Gres=gpu:2\n",
     )
     .expect("write");
-    let o = Command::new(env!("CARGO_BIN_EXE_heshare"))
-        .args(["simulate", "--cluster"])
-        .arg(&bad)
-        .output()
-        .expect("runs");
+    let o = simulate(&["--cluster"]).arg(&bad).output().expect("runs");
     assert_eq!(o.status.code(), Some(2));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
@@ -465,24 +469,20 @@ fn a_sites_slurm_conf_is_the_cluster_replayed() {
         "NodeName=g[1-2] Name=gpu Type=t4 File=/dev/nvidia[0-1]\n",
     )
     .expect("write");
-    let o = Command::new(env!("CARGO_BIN_EXE_heshare"))
-        .args([
-            "simulate",
-            "--jobs",
-            "50",
-            "--seeds",
-            "1",
-            "--policies",
-            "slurm-exclusive",
-        ])
-        .args(["--suspend-time", "off", "--cluster"])
-        .arg(&bad)
-        .arg("--gres-conf")
-        .arg(&gres)
-        .env_remove("HESHARE_CONFIG")
-        .env("HESHARE_SYSTEM_CONFIG", "/nonexistent/heshare.toml")
-        .output()
-        .expect("runs");
+    let o = simulate(&[
+        "--jobs",
+        "50",
+        "--seeds",
+        "1",
+        "--policies",
+        "slurm-exclusive",
+    ])
+    .args(["--suspend-time", "off", "--cluster"])
+    .arg(&bad)
+    .arg("--gres-conf")
+    .arg(&gres)
+    .output()
+    .expect("runs");
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(
         String::from_utf8_lossy(&o.stdout).contains("(2 nodes, 4 GPUs)"),
@@ -492,28 +492,19 @@ fn a_sites_slurm_conf_is_the_cluster_replayed() {
 }
 
 /// The example site's sacct export replays as recorded on its own slurm.conf: every row that
-/// ran is one job, and what cannot be replayed is named, not queued; --jobs draws instead and
-/// says so.
+/// ran is one job, and what cannot be replayed is named, not queued; --jobs cuts the record and
+/// --load scales its arrivals, each saying so.
 #[test]
 fn a_sites_sacct_replays_as_recorded_and_names_what_it_leaves_out() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("data/site-example");
     let run = |extra: &[&str]| {
-        let o = Command::new(env!("CARGO_BIN_EXE_heshare"))
-            .args([
-                "simulate",
-                "--seeds",
-                "1",
-                "--policies",
-                "slurm-mps,heshare",
-            ])
+        let o = simulate(&["--seeds", "1", "--policies", "slurm-mps,heshare"])
             .arg("--cluster")
             .arg(dir.join("slurm.conf"))
             .arg("--trace")
             .arg(dir.join("sacct.txt"))
             .args(["--trace-format", "sacct"])
             .args(extra)
-            .env_remove("HESHARE_CONFIG")
-            .env("HESHARE_SYSTEM_CONFIG", "/nonexistent/heshare.toml")
             .output()
             .expect("runs");
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
