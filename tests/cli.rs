@@ -425,10 +425,12 @@ fn profiles_are_updated_listed_shown_and_forgotten() {
         now - 4200.0,
         now - 3600.0
     );
+    // And one that completed on a whole t4, in 2600 s, with a longer limit.
+    let on_t4 = "{\"record_id\":\"n1:6:1\",\"kind\":\"job\",\"node\":\"n1\",\"job_id\":\"6\",\"uid\":1000,\"account\":\"phys\",\"gpus\":[0],\"gpu_type\":\"t4\",\"start\":100,\"end\":2700,\"energy_j\":182000,\"avg_w\":70,\"backend\":\"model\",\"basis\":\"whole\",\"profile_keys\":[\"script:1000:00000000000000aa\"],\"exit\":\"0:0\"}\n";
     std::fs::write(
         d.join("acct/n1.jsonl"),
         format!(
-            "{}{}{}{killed}",
+            "{}{}{}{on_t4}{killed}",
             rec(1, 600.0),
             rec(2, 620.0),
             rec(3, 610.0)
@@ -438,16 +440,18 @@ fn profiles_are_updated_listed_shown_and_forgotten() {
     let o = heshare(&["profiles", "update", "--config", c]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(
-        stdout(&o).contains("4 records, 4 runs taught, 1 profiles"),
+        stdout(&o).contains("5 records, 5 runs taught, 1 profiles"),
         "{}",
         stdout(&o)
     );
     let o = heshare(&["profiles", "list", "--config", c, "--json"]);
     let rows: Value = serde_json::from_str(&stdout(&o)).expect("json");
     assert_eq!(rows[0]["key"], "script:1000:00000000000000aa");
-    assert_eq!(rows[0]["runs"], 3);
-    // Planned as its profile says: its three a100 runs (600 to 620 s) against a 640 s limit
-    // leave an a100 a chance of a kill that a limit of an hour does not, and the table says so.
+    assert_eq!(rows[0]["runs"], 4);
+    // Planned as its profile says. Limits are written for the slowest type (t4), where its run
+    // took 2600 s: a 640 s limit cannot be right there, so it is read against its runs, and its
+    // three a100 runs (600 to 620 s) leave an a100 a chance of a kill; an hour covers the t4
+    // run, and the a100, faster, is safe.
     let explain = |limit: &str| {
         let o = heshare(&[
             "plan",

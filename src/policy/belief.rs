@@ -197,17 +197,25 @@ pub struct LimitRisk {
     ln_cdf_margin: f64,
 }
 
-/// Whether the limit is read as written for `written_for`: where the job's runs find it more
-/// likely right than wrong (their median runtime alone there at the default clock within it).
-/// Where they say the run takes longer there than its limit, the user's limit and the runs
-/// cannot both be right, and the runs, measured, are believed: the limit is read against them
-/// alone.
+/// Whether the limit is read as written for `written_for`: where the job's runs never ran on
+/// that type (their runtime there is the speed exponent's guess, which the user's limit, written
+/// for that run, outweighs), or where they did and find it more likely right than wrong (their
+/// median runtime alone there at the default clock within it). Where runs there say the run
+/// takes longer than its limit, the user's limit and the runs cannot both be right, and the
+/// runs, measured, are believed: the limit is read against them alone.
 pub fn written_for_holds(
     cfg: &Config,
     class: &JobClass,
     written_for: &GpuType,
     limit_s: f64,
 ) -> bool {
+    if !class
+        .measured_speed
+        .iter()
+        .any(|(t, _)| *t == written_for.name)
+    {
+        return true;
+    }
     let reference = &cfg.gpu_types[cfg.reference_gpu];
     let runs = class.runtime_log_sd.unwrap_or(0.0).max(0.0);
     let z = normal_quantile(cfg.profiles.quantile).max(0.0);
@@ -543,6 +551,41 @@ mod tests {
         assert!(
             limit_slowdown(&cfg, &class, reference, Some(slower), limit) >= there / here - 1e-9
         );
+    }
+
+    /// A limit written for a type the runs never measured stands against the exponent's guess
+    /// of the runtime there; one the runs measured there and found too short does not.
+    #[test]
+    fn a_limit_outweighs_a_guess_but_not_a_measurement() {
+        let cfg = cfg();
+        let reference = &cfg.gpu_types[cfg.reference_gpu];
+        let slower = cfg
+            .gpu_types
+            .iter()
+            .filter(|g| g.relative_throughput < reference.relative_throughput)
+            .min_by(|a, b| a.relative_throughput.total_cmp(&b.relative_throughput))
+            .expect("a slower type");
+        let guessed = JobClass {
+            measured_speed: vec![(reference.name.clone(), 1.0)],
+            runtime_log_sd: Some(0.1),
+            ..cfg.class("bert-train").expect("bert-train").clone()
+        };
+        let there = alone_runtime(&guessed, slower, reference).0;
+        let short = there * 0.7;
+        assert!(written_for_holds(&cfg, &guessed, slower, short));
+        // The user's run there fits, so alone on the faster type is never at risk.
+        let here = alone_runtime(&guessed, reference, reference).0;
+        let read = LimitRisk::of(&cfg, &guessed, reference, Some(slower), short);
+        assert!(read.probability(here * 0.99).abs() < 1e-12);
+        let measured = JobClass {
+            measured_speed: vec![
+                (reference.name.clone(), 1.0),
+                (slower.name.clone(), here / there),
+            ],
+            ..guessed
+        };
+        assert!(!written_for_holds(&cfg, &measured, slower, short));
+        assert!(written_for_holds(&cfg, &measured, slower, there * 1.5));
     }
 
     fn cfg() -> Config {

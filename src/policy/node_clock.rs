@@ -188,7 +188,8 @@ mod tests {
     }
 
     /// A learned job whose limit is written for a slower type may slow down here as far as
-    /// running alone there takes, where its runs agree the limit covers that run.
+    /// running alone there takes, unless its runs ran there and say the limit does not cover
+    /// that run.
     #[test]
     fn a_learned_limit_written_for_a_slower_type_allows_its_slowdown() {
         let cfg = cfg();
@@ -213,7 +214,25 @@ mod tests {
         assert!(b >= ratio - 1e-9, "{b} vs {ratio}");
         // Without the convention, its runs alone (and the spread of an unmeasured type) say less.
         assert!(bound(on_t4, None) < b, "{}", bound(on_t4, None));
-        // Runs that say the limit is too short on t4 are believed.
-        assert!(bound(0.5 * on_t4, Some(t4)) < 0.5 * ratio + 1e-9);
+        // Runs that never ran on t4 only guess its runtime there: the limit written for it
+        // stands, however short the guess makes it look.
+        assert!(bound(0.5 * on_t4, Some(t4)) >= ratio - 1e-9);
+        // Runs that ran on t4 and say the limit is too short there are believed.
+        let ran_there = JobClass {
+            measured_speed: vec![(
+                "t4".into(),
+                crate::model::relative_speed(class, &cfg.gpu_types[t4], reference),
+            )],
+            ..class.clone()
+        };
+        let measured = tenant_bound(
+            &cfg,
+            a100,
+            Some(&ran_there),
+            Some(10.0),
+            Some(t4),
+            Some((&ran_there, 0.5 * on_t4)),
+        );
+        assert!(measured < 0.5 * ratio + 1e-9, "{measured}");
     }
 }

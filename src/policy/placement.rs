@@ -1866,8 +1866,9 @@ mod tests {
     /// A limit written for the slowest type the job allows (`limit_type = "slowest"`) is its
     /// user's word that the run finishes alone there: that type is an option without a priced
     /// kill even where no run of the job measured it (at the default clock: the limit leaves it
-    /// no slowdown). Where its runs say the run takes longer there than the limit, the runs are
-    /// believed: the type is no option, and the measured faster one is safe.
+    /// no slowdown), however short the speed exponent's guess of its runtime there makes the
+    /// limit look. Where its runs ran there and say the run takes longer than the limit, the
+    /// runs are believed: the type is no option, and the measured faster one is safe.
     #[test]
     fn a_limit_is_read_as_written_for_the_slowest_type_unless_the_runs_contradict_it() {
         let cfg = cfg();
@@ -1901,8 +1902,27 @@ mod tests {
         assert_eq!(written.sm_clock_mhz, written.default_sm_clock_mhz);
         let measured = candidate(&plan, "a100").expect("a100");
         assert!(measured.kill_probability < 1e-9, "{measured:?}");
-        // The runs say 2% more than the limit on v100 alone.
+        // The exponent guesses 2% more than the limit on v100 alone: a guess, and the user's
+        // limit stands.
         let plan = place(&cfg, &v, &req(&only_a100, 0.98 * on_v100)).expect("placed");
+        let written = candidate(&plan, "v100m16").expect("an option");
+        assert!(written.kill_probability < 1e-9, "{written:?}");
+        // Runs that ran on v100 say 2% more than the limit there: believed.
+        let both = JobClass {
+            measured_speed: vec![
+                only_a100.measured_speed[0].clone(),
+                (
+                    "v100m16".into(),
+                    crate::model::relative_speed(&catalog, &cfg.gpu_types[v100], reference),
+                ),
+            ],
+            ..only_a100.clone()
+        };
+        assert!(
+            (alone_runtime(&both, &cfg.gpu_types[v100], reference).0 - on_v100).abs() < 1e-6,
+            "the same runtime, now measured"
+        );
+        let plan = place(&cfg, &v, &req(&both, 0.98 * on_v100)).expect("placed");
         assert!(
             candidate(&plan, "v100m16").is_none(),
             "{:?}",
