@@ -211,6 +211,12 @@ impl JobClass {
             .filter(move |k| k.gpu_type == gpu && k.applies(limit_s))
     }
 
+    /// Whether its runs measured its speed on GPU type `gpu` (a learned class; a catalog class
+    /// measured none).
+    pub fn measured_on(&self, gpu: &str) -> bool {
+        self.measured_speed.iter().any(|(t, _)| *t == gpu)
+    }
+
     /// A run of it with a GPU of its own ran out of time on `gpu` at a limit no shorter than
     /// `limit_s`: that type cannot run it within `limit_s`, whatever it is given there.
     pub fn ran_out_whole_on(&self, gpu: &str, limit_s: f64) -> bool {

@@ -86,7 +86,7 @@ pub fn exponent_spread(cfg: &Config) -> f64 {
 /// service's need on an unmeasured type carries the type's own `speed_uncertainty` instead
 /// (`sized_class`).
 pub fn type_log_sd(cfg: &Config, class: &JobClass, gpu: &GpuType) -> f64 {
-    if class.kind != JobKind::Training || class.measured_speed.iter().any(|(t, _)| *t == gpu.name) {
+    if class.kind != JobKind::Training || class.measured_on(&gpu.name) {
         return 0.0;
     }
     let k = gpu.relative_throughput.max(1e-9);
@@ -209,11 +209,7 @@ pub fn written_for_holds(
     written_for: &GpuType,
     limit_s: f64,
 ) -> bool {
-    if !class
-        .measured_speed
-        .iter()
-        .any(|(t, _)| *t == written_for.name)
-    {
+    if !class.measured_on(&written_for.name) {
         return true;
     }
     let reference = &cfg.gpu_types[cfg.reference_gpu];
@@ -253,8 +249,8 @@ impl LimitRisk {
             ),
             Some(w) => {
                 let reference = &cfg.gpu_types[cfg.reference_gpu];
-                let measured = |g: &GpuType| class.measured_speed.iter().any(|(t, _)| *t == g.name);
-                let ratio_sd = if class.kind != JobKind::Training || (measured(gpu) && measured(w))
+                let ratio_sd = if class.kind != JobKind::Training
+                    || (class.measured_on(&gpu.name) && class.measured_on(&w.name))
                 {
                     0.0
                 } else {
@@ -527,12 +523,7 @@ mod tests {
     fn the_site_convention_reads_the_limit_on_the_type_it_names() {
         let cfg = cfg();
         let reference = &cfg.gpu_types[cfg.reference_gpu];
-        let slower = cfg
-            .gpu_types
-            .iter()
-            .filter(|g| g.relative_throughput < reference.relative_throughput)
-            .min_by(|a, b| a.relative_throughput.total_cmp(&b.relative_throughput))
-            .expect("a slower type");
+        let slower = slowest_type(&cfg);
         let class = JobClass {
             measured_speed: vec![(reference.name.clone(), 1.0), (slower.name.clone(), 0.5)],
             runtime_log_sd: Some(0.3),
@@ -559,12 +550,7 @@ mod tests {
     fn a_limit_outweighs_a_guess_but_not_a_measurement() {
         let cfg = cfg();
         let reference = &cfg.gpu_types[cfg.reference_gpu];
-        let slower = cfg
-            .gpu_types
-            .iter()
-            .filter(|g| g.relative_throughput < reference.relative_throughput)
-            .min_by(|a, b| a.relative_throughput.total_cmp(&b.relative_throughput))
-            .expect("a slower type");
+        let slower = slowest_type(&cfg);
         let guessed = JobClass {
             measured_speed: vec![(reference.name.clone(), 1.0)],
             runtime_log_sd: Some(0.1),
@@ -586,6 +572,16 @@ mod tests {
         };
         assert!(!written_for_holds(&cfg, &measured, slower, short));
         assert!(written_for_holds(&cfg, &measured, slower, there * 1.5));
+    }
+
+    /// The catalog's slowest type (slower than the reference type).
+    fn slowest_type(cfg: &Config) -> &GpuType {
+        let reference = &cfg.gpu_types[cfg.reference_gpu];
+        cfg.gpu_types
+            .iter()
+            .filter(|g| g.relative_throughput < reference.relative_throughput)
+            .min_by(|a, b| a.relative_throughput.total_cmp(&b.relative_throughput))
+            .expect("a slower type")
     }
 
     fn cfg() -> Config {

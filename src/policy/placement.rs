@@ -553,7 +553,7 @@ pub fn sized_class<'a>(
                 .unwrap_or(class),
         );
     }
-    if class.kind != JobKind::Inference || measured_on(class, gpu) {
+    if class.kind != JobKind::Inference || class.measured_on(&gpu.name) {
         return Cow::Borrowed(class);
     }
     // Its need where it ran is an upper quantile of its runs already: no demand margin on top
@@ -575,11 +575,6 @@ pub fn sized_class<'a>(
     } else {
         Cow::Borrowed(class)
     }
-}
-
-/// Whether the runs of a learned class measured it on `gpu`.
-fn measured_on(class: &JobClass, gpu: &GpuType) -> bool {
-    class.measured_speed.iter().any(|(t, _)| *t == gpu.name)
 }
 
 /// How much slower than alone (default clock) a job of `class` may run on `gpu` and still finish

@@ -71,7 +71,7 @@ pub fn learn(
         let gpu = &cfg.gpu_types[t];
         let k = match class.kind {
             JobKind::Training => {
-                if !class.measured_speed.iter().any(|(n, _)| *n == gpu.name) {
+                if !class.measured_on(&gpu.name) {
                     continue; // The prior's speed here is a guess, not a yardstick.
                 }
                 let share = x
