@@ -266,25 +266,30 @@ fn replay_notes(
     if args.jobs == Some(0) {
         bail!("--jobs must be at least 1");
     }
-    let cut = recorded_jobs(
-        cfg,
-        &world,
-        trace,
-        nodes,
-        42,
-        Scaling {
-            time: 1.0,
-            first: args.jobs,
-        },
-    );
-    let (_, recorded_load) = offered(&cut, 1.0);
+    // Each replay is built once: without --jobs the cut is the whole record, and without
+    // --load the replay is the cut.
+    let cut_jobs = args.jobs.map(|n| {
+        recorded_jobs(
+            cfg,
+            &world,
+            trace,
+            nodes,
+            42,
+            Scaling {
+                time: 1.0,
+                first: Some(n),
+            },
+        )
+    });
+    let cut = cut_jobs.as_ref().unwrap_or(&as_recorded);
+    let (_, recorded_load) = offered(cut, 1.0);
     // The load the cut jobs offer falls as their arrivals spread (their runs do not): the time
     // factor that offers `--load`, by bisection in log time.
     let time = args.load.map_or(1.0, |target| {
         let (mut lo, mut hi) = (-12.0f64, 12.0f64);
         for _ in 0..60 {
             let mid = 0.5 * (lo + hi);
-            if offered(&cut, mid.exp()).1 > target {
+            if offered(cut, mid.exp()).1 > target {
                 lo = mid;
             } else {
                 hi = mid;
@@ -296,8 +301,11 @@ fn replay_notes(
         time,
         first: args.jobs,
     };
-    let r = recorded_jobs(cfg, &world, trace, nodes, 42, scaling);
-    let (span, load) = offered(&r, scaling.time);
+    let scaled = args
+        .load
+        .map(|_| recorded_jobs(cfg, &world, trace, nodes, 42, scaling));
+    let r = scaled.as_ref().unwrap_or(cut);
+    let (span, load) = offered(r, scaling.time);
     notes.push(format!(
         "replayed as recorded: every sacct row that ran, at its own submission over {:.1} days, with its request, time limit and runtime on the type it ran on; what sacct does not record (each recurring job's kind, speed on the other types, power) is drawn per seed",
         span / 86_400.0
