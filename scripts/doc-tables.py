@@ -4,6 +4,7 @@ that no figure there is typed by hand.
 
     cargo run --release -- simulate --suite --json suite.json
     python3 scripts/doc-tables.py suite suite.json          # the scenario suite's table
+    python3 scripts/doc-tables.py compare before.json after.json  # a change, world by world
 
     for i in 1 2 3; do cargo run --release -- bench --json bench$i.json; done
     python3 scripts/doc-tables.py bench bench1.json bench2.json bench3.json
@@ -17,7 +18,10 @@ that no figure there is typed by hand.
 suite: per world the best baseline of the first seed, heshare as it ships, told every job's
 class (labelled) and told every job's truth (oracle), each as facility energy per job / mean
 JCT / p99 JCT over the best baseline's (median over seeds), and heshare's kills plain Slurm
-never had (all seeds), then the geometric means. bench: each cell the range over the runs,
+never had (all seeds), then the geometric means; the range of heshare's per-seed energy and
+mean JCT ratios is the spread a change must leave before it counts. compare: heshare (learned)
+in two suite runs, world by world, and whether the second's median lies outside the first's
+seeds' range ("better"/"worse") or inside it ("within spread"). bench: each cell the range over the runs,
 ratios each run's own against the best-fit scan timed in the same run. placement: the median
 GPU allocation over seeds against the FGD paper's.
 """
@@ -46,17 +50,18 @@ def suite(paths):
         )
     )
     print(
-        "| world | best baseline | heshare energy / JCT / p99 | labelled | oracle | "
-        "heshare's kills plain Slurm never had |"
+        "| world | best baseline | heshare energy / JCT / p99 | heshare's seeds: energy; JCT | "
+        "labelled | oracle | heshare's kills plain Slurm never had |"
     )
-    print("|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|")
     for w in d["worlds"]:
         rows = {r["policy"]: r for r in w["heshare"]}
         print(
-            "| {} | {} | {} | {} | {} | {} |".format(
+            "| {} | {} | {} | {} | {} | {} | {} |".format(
                 w["world"]["name"],
                 w["best_baseline"]["policy"],
                 cell(rows["heshare"]),
+                seeds_cell(rows["heshare"]),
                 cell(rows["heshare-labelled"]),
                 cell(rows["heshare-oracle"]),
                 rows["heshare"]["caused_kills"],
@@ -71,10 +76,76 @@ def suite(paths):
         )
 
     print(
-        "| **geometric mean** | | **{}** | {} | {} | |".format(
+        "| **geometric mean** | | **{}** | | {} | {} | |".format(
             g("heshare"), g("heshare-labelled"), g("heshare-oracle")
         )
     )
+
+
+def f2(x):
+    return f"{x:.2f}"
+
+
+def seeds_cell(r):
+    return "{}; {}".format(
+        rng(r["energy_ratio_per_seed"], f2), rng(r["mean_jct_ratio_per_seed"], f2)
+    )
+
+
+def verdict(before, after, per_seed, median):
+    lo, hi = min(before[per_seed]), max(before[per_seed])
+    x = after[median]
+    return "better" if x < lo else "worse" if x > hi else "within spread"
+
+
+def compare(paths):
+    a_path, b_path = paths
+    a, b = json.load(open(a_path)), json.load(open(b_path))
+    print(
+        "heshare (learned), before (`{}`, {} seeds) and after (`{}`, {} seeds): energy / mean "
+        "JCT / p99 over the best baseline (median over seeds), the seeds' range, and whether "
+        "after lies outside before's range.\n".format(a_path, a["seeds"], b_path, b["seeds"])
+    )
+    print(
+        "| world | before | before's seeds: energy; JCT | after | after's seeds | energy | "
+        "mean JCT | kills before / after |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    after = {w["world"]["name"]: w for w in b["worlds"]}
+    for w in a["worlds"]:
+        name = w["world"]["name"]
+        if name not in after:
+            continue
+        x = {r["policy"]: r for r in w["heshare"]}["heshare"]
+        y = {r["policy"]: r for r in after[name]["heshare"]}["heshare"]
+        print(
+            "| {} | {} | {} | {} | {} | {} | {} | {} / {} |".format(
+                name,
+                cell(x),
+                seeds_cell(x),
+                cell(y),
+                seeds_cell(y),
+                verdict(x, y, "energy_ratio_per_seed", "energy_ratio"),
+                verdict(x, y, "mean_jct_ratio_per_seed", "mean_jct_ratio"),
+                x["caused_kills"],
+                y["caused_kills"],
+            )
+        )
+    for p in ("heshare", "heshare-labelled", "heshare-oracle"):
+        sa = {r["policy"]: r for r in a["summary"]}.get(p)
+        sb = {r["policy"]: r for r in b["summary"]}.get(p)
+        if sa and sb:
+            print(
+                "- {} geometric mean: {:.3f} / {:.3f} / {:.3f} -> {:.3f} / {:.3f} / {:.3f}".format(
+                    p,
+                    sa["energy_geomean"],
+                    sa["mean_jct_geomean"],
+                    sa["p99_jct_geomean"],
+                    sb["energy_geomean"],
+                    sb["mean_jct_geomean"],
+                    sb["p99_jct_geomean"],
+                )
+            )
 
 
 def rng(vals, fmt):
@@ -167,7 +238,13 @@ def placement(paths):
 
 
 if __name__ == "__main__":
-    tables = {"suite": suite, "bench": bench, "node-helper": node_helper, "placement": placement}
+    tables = {
+        "suite": suite,
+        "compare": compare,
+        "bench": bench,
+        "node-helper": node_helper,
+        "placement": placement,
+    }
     if len(sys.argv) < 3 or sys.argv[1] not in tables:
-        sys.exit("usage: doc-tables.py suite|bench|node-helper|placement FILE.json...")
+        sys.exit("usage: doc-tables.py suite|compare|bench|node-helper|placement FILE.json...")
     tables[sys.argv[1]](sys.argv[2:])
