@@ -95,6 +95,10 @@ fn label_fractions_that_do_not_add_up_are_named() {
         ),
         (vec!["--labelled", "1.5"], "--labelled 1.5 is outside 0..=1"),
         (
+            vec!["--fast-limits", "2"],
+            "--fast-limits 2 is outside 0..=1",
+        ),
+        (
             vec!["--runs-per-template", "0.5"],
             "--runs-per-template 0.5 is outside 1..=1000000",
         ),

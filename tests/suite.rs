@@ -124,7 +124,7 @@ fn the_quick_suite_runs_every_world_through_every_policy() {
         assert!(names.contains(&s["worst_energy"][0].as_str().expect("worst")));
     }
     let stdout = String::from_utf8_lossy(&o.stdout);
-    assert!(stdout.contains("over 12 worlds"), "{stdout}");
+    assert!(stdout.contains("over 13 worlds"), "{stdout}");
     assert!(stdout.contains("suite wall time"), "{stdout}");
 }
 

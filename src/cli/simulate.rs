@@ -107,6 +107,10 @@ pub struct SimulateArgs {
     /// Time mode: fraction of scripts whose users give a wrong --gpu-class.
     #[arg(long, value_name = "F", default_value_t = 0.0)]
     pub(super) mislabelled: f64,
+    /// Time mode: fraction of scripts whose users write their time limit for the fastest GPU
+    /// type their request allows instead of the slowest (on a slower type their runs pass it).
+    #[arg(long, value_name = "F", default_value_t = 0.0)]
+    pub(super) fast_limits: f64,
     /// Time mode: days per row of the learning curve (7: per simulated week).
     #[arg(long, value_name = "DAYS", default_value_t = 1)]
     pub(super) curve_days: usize,

@@ -60,6 +60,7 @@ pub fn run(out: &mut impl Write, cfg: &Config, args: &SimulateArgs, load: f64) -
         fraction("--labelled", args.labelled)?,
         fraction("--mislabelled", args.mislabelled)?,
     );
+    let fast_limits = fraction("--fast-limits", args.fast_limits)?;
     if labelled + mislabelled > 1.0 + 1e-9 {
         bail!("--labelled {labelled} and --mislabelled {mislabelled} add up to more than 1");
     }
@@ -79,6 +80,7 @@ pub fn run(out: &mut impl Write, cfg: &Config, args: &SimulateArgs, load: f64) -
             run_noise: args.run_noise,
             labelled,
             mislabelled,
+            fast_limits,
         },
         load,
         jobs,
@@ -670,11 +672,19 @@ fn print(
     } else {
         writeln!(
             out,
-            "workload: each job a run of a user's script, {:.1} runs per script on average (run-to-run spread {:.2}); {:.0}% of scripts labelled truly, {:.0}% wrongly, the rest unlabelled (baselines are not affected by labels)",
+            "workload: each job a run of a user's script, {:.1} runs per script on average (run-to-run spread {:.2}); {:.0}% of scripts labelled truly, {:.0}% wrongly, the rest unlabelled (baselines are not affected by labels); time limits cover a run alone on the slowest type its request allows{}",
             rec.runs_per_template,
             rec.run_noise,
             100.0 * rec.labelled,
-            100.0 * rec.mislabelled
+            100.0 * rec.mislabelled,
+            if rec.fast_limits > 0.0 {
+                format!(
+                    ", except {:.0}% of scripts' users', written for the fastest",
+                    100.0 * rec.fast_limits
+                )
+            } else {
+                String::new()
+            }
         )?;
     }
     if let Some(p) = &r.profiles {

@@ -433,11 +433,14 @@ pub fn generate_jobs(
     // Templates and runs come from a stream of their own, so the arrival times and the trace
     // rows drawn for new templates stay those of the other streams.
     let mut recur = SplitMix::new(params.seed ^ 0x7E4D_1A7E_5EED);
-    // Per template: its (trace row, class, user, truth, label), made at its first run; and how
-    // many runs it had.
+    // Which scripts' users write their limit for the fastest type: a stream of its own, drawn
+    // only where some do, so that the other worlds' jobs stay what they were.
+    let mut limits = SplitMix::new(params.seed ^ 0xFA57_1317_5EED);
+    // Per template: its (trace row, class, user, truth, label, limit for the fastest type), made
+    // at its first run; and how many runs it had.
     let slots = templates::count(rec, params.jobs);
-    // (trace row, class, user, truth, label)
-    type Drawn = (usize, usize, u32, JobTruth, Option<usize>);
+    // (trace row, class, user, truth, label, limit written for the fastest type)
+    type Drawn = (usize, usize, u32, JobTruth, Option<usize>, bool);
     let mut made: Vec<Option<Drawn>> = vec![
         None;
         if rec.runs_per_template > 1.0 {
@@ -452,7 +455,7 @@ pub fn generate_jobs(
             let row = rng.below(gpu_jobs.len());
             t += rng.exp(mean_gap);
             let slot = templates::pick(&mut recur, rec, slots);
-            let (template, (row, class, user, base_truth, label)) = match slot
+            let (template, (row, class, user, base_truth, label, fast_limit)) = match slot
                 .and_then(|k| made[k].map(|m| (k, m)))
             {
                 Some(known) => known,
@@ -494,7 +497,8 @@ pub fn generate_jobs(
                             )
                         }
                     };
-                    let made_now = (row, class, user, truth, label);
+                    let fast_limit = rec.fast_limits > 0.0 && limits.unit() < rec.fast_limits;
+                    let made_now = (row, class, user, truth, label, fast_limit);
                     match slot {
                         Some(k) => {
                             made[k] = Some(made_now);
@@ -516,11 +520,22 @@ pub fn generate_jobs(
             if world.kind(class) == JobKind::Inference {
                 truth.demand *= templates::noise(&mut recur, rec.run_noise / 2.0);
             }
-            let slowest = present
+            let alone = present
                 .iter()
                 .filter(|&&p| src.gpu_types.is_empty() || src.gpu_types.contains(&p))
-                .map(|&p| work_s / world.alone_rate(class, &truth, p).max(1e-12))
-                .fold(work_s, f64::max);
+                .map(|&p| work_s / world.alone_rate(class, &truth, p).max(1e-12));
+            // Its user's limit covers this run alone on the slowest type it allows, rounded up to
+            // the hour; or, for a script tried on the fastest type only, the run there.
+            let written_for = if fast_limit {
+                alone.fold(f64::INFINITY, f64::min)
+            } else {
+                alone.fold(work_s, f64::max)
+            };
+            let written_for = if written_for.is_finite() {
+                written_for
+            } else {
+                work_s
+            };
             SimJob::new(
                 class,
                 (template, runs[template]),
@@ -529,7 +544,7 @@ pub fn generate_jobs(
                 user,
                 t,
                 work_s,
-                (slowest / 3600.0).ceil().max(1.0) * 3600.0,
+                (written_for / 3600.0).ceil().max(1.0) * 3600.0,
                 truth,
             )
         })
@@ -2825,6 +2840,75 @@ mod tests {
                 assert!(alone <= j.limit_s + 1e-6, "limit {} < {alone}", j.limit_s);
             }
             assert!(j.limit_s % 3600.0 == 0.0);
+        }
+    }
+
+    /// A script whose user wrote its limit for the fastest type: every run of it fits there,
+    /// some pass it on a slower type; the other scripts' runs, and the jobs of a world where
+    /// nobody does so, are the ones they were.
+    #[test]
+    fn a_script_with_a_limit_for_the_fastest_type_passes_it_on_a_slower_one() {
+        let (cfg, nodes, trace) = setup();
+        let gpus: usize = nodes.iter().map(|n| n.gpus as usize).sum();
+        let wl = |fast_limits| WorkloadParams {
+            load: 0.7,
+            jobs: 2000,
+            max_duration_s: 40_000.0,
+            users: 3,
+            seed: 3,
+            recurrence: Recurrence {
+                fast_limits,
+                ..Recurrence::default()
+            },
+        };
+        let world = World::new(&cfg);
+        let p = present(&nodes);
+        let none = generate_jobs(&cfg, &world, &trace, gpus, &p, wl(0.0));
+        let some = generate_jobs(&cfg, &world, &trace, gpus, &p, wl(0.5));
+        assert_eq!(none.len(), some.len());
+        let alone = |j: &SimJob| {
+            p.iter()
+                .filter(|&&t| st_allowed(j, t))
+                .map(|&t| j.work_s / world.alone_rate(j.class, &j.truth, t))
+                .collect::<Vec<f64>>()
+        };
+        let (mut fast, mut short) = (0, 0);
+        for (a, b) in none.iter().zip(&some) {
+            assert_eq!(
+                (a.submit_s, a.work_s, a.template),
+                (b.submit_s, b.work_s, b.template)
+            );
+            let times = alone(b);
+            let fastest = times.iter().copied().fold(f64::INFINITY, f64::min);
+            assert!(
+                fastest <= b.limit_s + 1e-6,
+                "limit {} < {fastest}",
+                b.limit_s
+            );
+            assert!(b.limit_s <= a.limit_s && b.limit_s % 3600.0 == 0.0);
+            if b.limit_s < a.limit_s {
+                fast += 1;
+                if times.iter().any(|&t| t > b.limit_s) {
+                    short += 1;
+                }
+            }
+        }
+        assert!(
+            fast > 100 && short > 10,
+            "{fast} fast limits, {short} too short somewhere"
+        );
+        // Every run of one script has the one limit rule: a run with a shorter limit than its
+        // plain world's is of a script whose other runs never got a longer one than theirs.
+        let fast_templates: std::collections::HashSet<usize> = none
+            .iter()
+            .zip(&some)
+            .filter(|(a, b)| b.limit_s < a.limit_s)
+            .map(|(_, b)| b.template)
+            .collect();
+        for (a, b) in none.iter().zip(&some) {
+            if !fast_templates.contains(&b.template) {
+                assert_eq!(a.limit_s, b.limit_s, "template {}", b.template);
+            }
         }
     }
 

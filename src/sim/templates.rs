@@ -24,6 +24,10 @@ pub struct Recurrence {
     /// Fractions of templates whose users give their true class, and a wrong one.
     pub labelled: f64,
     pub mislabelled: f64,
+    /// Fraction of templates whose users write their time limit for the fastest GPU type their
+    /// request allows (where they tried it) instead of the slowest: on a slower type a run of
+    /// such a script passes its limit, under any scheduler.
+    pub fast_limits: f64,
 }
 
 impl Default for Recurrence {
@@ -33,6 +37,7 @@ impl Default for Recurrence {
             run_noise: 0.15,
             labelled: 0.0,
             mislabelled: 0.0,
+            fast_limits: 0.0,
         }
     }
 }
@@ -45,6 +50,7 @@ impl Recurrence {
             run_noise: 0.0,
             labelled: 1.0,
             mislabelled: 0.0,
+            fast_limits: 0.0,
         }
     }
 }
