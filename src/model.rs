@@ -217,12 +217,6 @@ impl JobClass {
         self.measured_speed.iter().any(|(t, _)| *t == gpu)
     }
 
-    /// A run of it with a GPU of its own ran out of time on `gpu` at a limit no shorter than
-    /// `limit_s`: that type cannot run it within `limit_s`, whatever it is given there.
-    pub fn ran_out_whole_on(&self, gpu: &str, limit_s: f64) -> bool {
-        self.kills_on(gpu, limit_s).any(|k| k.share_pct.is_none())
-    }
-
     /// A hash of everything that shapes a prediction (and the name, which errors carry): equal
     /// for two classes that predict alike. Stable within a process only.
     pub fn fingerprint(&self) -> u64 {

@@ -9,7 +9,7 @@
 //! keeps a job off shared GPUs or lower clocks. Pure.
 
 use crate::config::Config;
-use crate::model::{GpuType, JobClass, JobKind, alone_runtime};
+use crate::model::{GpuType, JobClass, JobKind, alone_runtime, relative_speed};
 use crate::units::Seconds;
 
 /// The standard normal quantile: the `z` with `P(Z <= z) = p` (Acklam's rational approximation,
@@ -209,6 +209,11 @@ pub fn written_for_holds(
     written_for: &GpuType,
     limit_s: f64,
 ) -> bool {
+    // A run killed at such a limit with a GPU of its own on a type it runs no slower on is a
+    // measurement too: the run the limit is written for does not fit it.
+    if ran_out_of_time(cfg, class, written_for, limit_s) {
+        return false;
+    }
     if !class.measured_on(&written_for.name) {
         return true;
     }
@@ -216,6 +221,28 @@ pub fn written_for_holds(
     let runs = class.runtime_log_sd.unwrap_or(0.0).max(0.0);
     let z = normal_quantile(cfg.profiles.quantile).max(0.0);
     alone_runtime(class, written_for, reference).0 * (-z * runs).exp() <= limit_s
+}
+
+/// Whether `gpu` cannot run the job within `limit_s`, whatever it is given there: a recent run of
+/// it with a GPU of its own was killed at a limit no shorter, on `gpu` or on a type it runs at
+/// least as fast on (by its own speeds: measured where its runs measured them, else the
+/// exponent's). A slower GPU does not finish what a faster one could not.
+pub fn ran_out_of_time(cfg: &Config, class: &JobClass, gpu: &GpuType, limit_s: f64) -> bool {
+    if class.limit_kills.is_empty() {
+        return false;
+    }
+    let reference = &cfg.gpu_types[cfg.reference_gpu];
+    let here = relative_speed(class, gpu, reference);
+    class
+        .limit_kills
+        .iter()
+        .filter(|k| k.share_pct.is_none() && k.applies(limit_s))
+        .any(|k| {
+            k.gpu_type == gpu.name
+                || cfg
+                    .gpu_type(&k.gpu_type)
+                    .is_some_and(|t| relative_speed(class, &cfg.gpu_types[t], reference) >= here)
+        })
 }
 
 /// The log of the standard normal distribution function, accurate in the lower tail where
@@ -386,6 +413,7 @@ impl LimitRisk {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::KilledOn;
 
     /// The chance that a learned job's run on `gpu`, predicted to take `runtime_s` there, passes
     /// `limit_s` ([`LimitRisk`]).
@@ -572,6 +600,62 @@ mod tests {
         };
         assert!(!written_for_holds(&cfg, &measured, slower, short));
         assert!(written_for_holds(&cfg, &measured, slower, there * 1.5));
+    }
+
+    /// A kill at the limit with a whole GPU is a measurement: it rules out its type and every
+    /// type the job runs no faster on, and it overrules the user's word for the type the limit
+    /// is written for when that type is one of them. A longer limit, a faster type or a kill with
+    /// a share (its neighbours or its share may have slowed it) says nothing of the sort.
+    #[test]
+    fn a_kill_with_a_gpu_of_its_own_rules_out_its_type_and_every_slower_one() {
+        let cfg = cfg();
+        let reference = &cfg.gpu_types[cfg.reference_gpu];
+        let slower = slowest_type(&cfg);
+        let faster = cfg
+            .gpu_types
+            .iter()
+            .max_by(|a, b| a.relative_throughput.total_cmp(&b.relative_throughput))
+            .expect("types");
+        assert!(faster.relative_throughput > reference.relative_throughput);
+        let base = JobClass {
+            measured_speed: vec![(reference.name.clone(), 1.0)],
+            runtime_log_sd: Some(0.1),
+            ..cfg.class("bert-train").expect("bert-train").clone()
+        };
+        let limit = alone_runtime(&base, slower, reference).0 * 1.2;
+        assert!(!ran_out_of_time(&cfg, &base, slower, limit));
+        assert!(written_for_holds(&cfg, &base, slower, limit));
+        let kill = |share_pct| KilledOn {
+            gpu_type: reference.name.clone(),
+            share_pct,
+            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+            limit_s: Some(limit as u32),
+        };
+        let killed = JobClass {
+            limit_kills: vec![kill(None)],
+            ..base.clone()
+        };
+        assert!(ran_out_of_time(&cfg, &killed, reference, limit));
+        assert!(ran_out_of_time(&cfg, &killed, slower, limit));
+        assert!(!ran_out_of_time(&cfg, &killed, faster, limit));
+        assert!(!ran_out_of_time(&cfg, &killed, slower, limit * 2.0));
+        assert!(!written_for_holds(&cfg, &killed, slower, limit));
+        assert!(written_for_holds(&cfg, &killed, slower, limit * 2.0));
+        // Its own speeds order the types, not the catalog's: measured as fast on the slowest
+        // type as on the reference, the kill on the reference rules it out too, and measured
+        // faster there, it does not.
+        let speeds = |s: f64| JobClass {
+            measured_speed: vec![(reference.name.clone(), 1.0), (slower.name.clone(), s)],
+            ..killed.clone()
+        };
+        assert!(ran_out_of_time(&cfg, &speeds(1.0), slower, limit));
+        assert!(!ran_out_of_time(&cfg, &speeds(1.5), slower, limit));
+        let shared = JobClass {
+            limit_kills: vec![kill(Some(50))],
+            ..base
+        };
+        assert!(!ran_out_of_time(&cfg, &shared, slower, limit));
+        assert!(written_for_holds(&cfg, &shared, slower, limit));
     }
 
     /// The catalog's slowest type (slower than the reference type).

@@ -929,12 +929,14 @@ fn on_type<'a>(
             return None;
         }
     }
-    // Its runs here ran out of time even with whole GPUs, with a limit no shorter than its
-    // own: not this type. (A job without a limit is never killed at one.)
+    // Its runs ran out of time even with whole GPUs, with a limit no shorter than its own, here
+    // or where it runs faster: not this type. (A job without a limit is never killed at one.)
     let limit = job.limit_s.unwrap_or(f64::INFINITY);
-    if job.class.ran_out_whole_on(&gpu.name, limit) {
+    if super::belief::ran_out_of_time(cfg, job.class, gpu, limit) {
         rejections.add(&gpu.name, || {
-            "a recent run here was killed at its time limit with a GPU of its own".into()
+            "a recent run here, or on a type it runs no slower on, was killed at its time limit \
+             with a GPU of its own"
+                .into()
         });
         return None;
     }
