@@ -531,6 +531,19 @@ fn a_sites_sacct_replays_as_recorded_and_names_what_it_leaves_out() {
         .find(|l| l.starts_with("slurm-mps,42,40001,0,"))
         .unwrap_or_else(|| panic!("{rows}"));
     assert!(first.split(',').all(|f| !f.is_empty()), "{first}");
+    // A cut and scaled replay names its jobs by their JobIDs too: the first 50 of the week.
+    let cut = tmp.path().join("cut.csv");
+    run(&[
+        "--jobs",
+        "50",
+        "--load",
+        "0.5",
+        "--jobs-csv",
+        cut.to_str().expect("utf-8 path"),
+    ]);
+    let cut = std::fs::read_to_string(&cut).expect("jobs csv written");
+    assert_eq!(cut.lines().count(), 1 + 2 * 50, "{cut}");
+    assert!(cut.contains("\nslurm-mps,42,40001,"), "{cut}");
     assert!(
         out.contains("time mode: 300 jobs as recorded x 1 seeds"),
         "{out}"

@@ -35,10 +35,13 @@ pub fn run(out: &mut impl Write, cfg: &Config, args: &SimulateArgs, load: f64) -
     // A site's sacct is replayed as it ran; --load and --jobs scale and cut that replay.
     let recorded = args.trace_format == crate::sim::trace::TraceFormat::Sacct;
     let mut notes = Vec::new();
-    let (jobs, load, arrivals) = if recorded {
-        replay_notes(cfg, args, &trace, &trace_label, &nodes, &mut notes)?
+    // A replay's jobs are named by their JobIDs (`--jobs-csv`), as the replay built them.
+    let (jobs, load, arrivals, ids) = if recorded {
+        let (jobs, load, arrivals, ids) =
+            replay_notes(cfg, args, &trace, &trace_label, &nodes, &mut notes)?;
+        (jobs, load, arrivals, Some(ids))
     } else {
-        (jobs, load, crate::sim::replay::Scaling::AS_RECORDED)
+        (jobs, load, crate::sim::replay::Scaling::AS_RECORDED, None)
     };
     let saving = power_saving(args)?;
     let queue = queue_order(args)?;
@@ -128,10 +131,6 @@ pub fn run(out: &mut impl Write, cfg: &Config, args: &SimulateArgs, load: f64) -
         other_power_saving(out, cfg, &nodes, &trace, &spec)?;
     }
     if let Some(path) = &args.jobs_csv {
-        let ids = recorded.then(|| {
-            let world = crate::sim::world::World::new(cfg);
-            crate::sim::replay::recorded_jobs(cfg, &world, &trace, &nodes, 42, spec.arrivals).ids
-        });
         jobs_csv(path, &report, ids.as_deref())?;
     }
     if let Some(path) = &args.plot {
@@ -223,6 +222,7 @@ fn other_power_saving(
 /// What a replay as recorded holds and leaves out, said in `notes`: the jobs it replays, the
 /// load they offer the cluster over the span they are submitted in, and how `--load` (arrivals
 /// closer together or further apart) and `--jobs` (the first jobs only) depart from the record.
+/// Returns the replay's jobs, the load they offer, its scaling and its jobs' JobIDs.
 fn replay_notes(
     cfg: &Config,
     args: &SimulateArgs,
@@ -230,7 +230,7 @@ fn replay_notes(
     trace_label: &str,
     nodes: &[crate::cluster::Node],
     notes: &mut Vec<String>,
-) -> Result<(usize, f64, crate::sim::replay::Scaling)> {
+) -> Result<(usize, f64, crate::sim::replay::Scaling, Vec<String>)> {
     use crate::sim::replay::{Replay, Scaling, recorded_jobs};
     let world = crate::sim::world::World::new(cfg);
     let by_id: std::collections::HashMap<&str, &crate::sim::trace::TraceJob> =
@@ -384,7 +384,7 @@ fn replay_notes(
             r.type_unknown
         ));
     }
-    Ok((r.jobs.len(), load, scaling))
+    Ok((r.jobs.len(), load, scaling, r.ids.clone()))
 }
 
 /// How Slurm orders the queue: multifactor with age weighted 1000 over 7 days, then
