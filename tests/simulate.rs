@@ -145,6 +145,11 @@ fn wrong_labels_are_set_aside_by_the_runs_and_true_ones_decide_without_profiles(
     };
     let wrong = run(&["--mislabelled", "1", "--runs-per-template", "20"]);
     let p = &wrong["profiles"];
+    // The kill price is checked against the kills, run by run heshare placed.
+    let k = &p["kill_price"];
+    let placed = k["unpriced"].as_u64().expect("n") + k["priced"].as_u64().expect("n");
+    assert!(placed > 0, "{k}");
+    assert!(k["priced_expected"].as_f64().expect("x") >= 0.0, "{k}");
     assert!(p["overruled"].as_u64().expect("n") > 0, "{p}");
     assert_eq!(
         p["overruled"], p["overruled_wrong"],

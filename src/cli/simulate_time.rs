@@ -710,6 +710,18 @@ fn print(
             p.taught,
             p.profiles
         )?;
+        let k = p.kill_price;
+        writeln!(
+            out,
+            "kill price: of the {} runs heshare placed by a label or a profile, {} were priced at under a {:.2}% chance of a kill at their limit and {} of them were killed; {} at more, whose chances add up to {:.1} kills, and {} were killed",
+            k.unpriced + k.priced,
+            k.unpriced,
+            100.0 * crate::sim::learning::KillPrice::PRICED,
+            k.unpriced_killed,
+            k.priced,
+            k.priced_expected,
+            k.priced_killed
+        )?;
     }
     if !r.learning_curve.is_empty() {
         writeln!(

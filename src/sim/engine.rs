@@ -2024,6 +2024,24 @@ mod tests {
         assert!(p.with_profile > 100, "{p:?}");
         assert!(p.taught > 0 && p.taught <= p.submitted, "{p:?}");
         assert_eq!(p.foreign, 0, "{p:?}");
+        // Every run heshare placed by a profile ended once, with the kill chance its cost
+        // priced: no more than it placed, no more kills than happened, no chance above one.
+        let k = p.kill_price;
+        assert!(k.unpriced + k.priced > 100, "{k:?}");
+        assert!(
+            k.unpriced + k.priced <= p.with_profile + p.labelled,
+            "{k:?} {p:?}"
+        );
+        assert!(
+            k.unpriced_killed <= k.unpriced && k.priced_killed <= k.priced,
+            "{k:?}"
+        );
+        assert!(k.unpriced_killed + k.priced_killed <= m.killed, "{k:?}");
+        assert!(
+            k.priced_expected >= crate::sim::learning::KillPrice::PRICED * k.priced as f64
+                && k.priced_expected <= k.priced as f64,
+            "{k:?}"
+        );
     }
 
     /// A job heshare has no label and no profile for is left as its user asked: Slurm runs it

@@ -36,6 +36,49 @@ pub struct ProfileStats {
     pub taught: usize,
     pub foreign: usize,
     pub profiles: usize,
+    /// The kill price against the kills: the runs heshare placed by a label or a profile.
+    pub kill_price: KillPrice,
+}
+
+/// How the kill probabilities the cost priced compare with the kills that happened, over the
+/// runs heshare placed by a label or a profile, each with its latest decision's probability
+/// (of the option it chose; Slurm may start it on another type it was offered, at another).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct KillPrice {
+    /// Runs priced as (next to) never killed, below [`KillPrice::PRICED`], and how many were.
+    pub unpriced: usize,
+    pub unpriced_killed: usize,
+    /// Runs priced at a chance of at least [`KillPrice::PRICED`], the kills those chances add up
+    /// to, and how many were killed.
+    pub priced: usize,
+    pub priced_expected: f64,
+    pub priced_killed: usize,
+}
+
+impl KillPrice {
+    /// Below this a kill is reported as unpriced: one in ten thousand runs.
+    pub const PRICED: f64 = 1e-4;
+
+    pub fn add(&mut self, p: f64, killed: bool) {
+        if p < Self::PRICED {
+            self.unpriced += 1;
+            self.unpriced_killed += usize::from(killed);
+        } else {
+            self.priced += 1;
+            self.priced_expected += p;
+            self.priced_killed += usize::from(killed);
+        }
+    }
+}
+
+impl std::ops::AddAssign for KillPrice {
+    fn add_assign(&mut self, b: KillPrice) {
+        self.unpriced += b.unpriced;
+        self.unpriced_killed += b.unpriced_killed;
+        self.priced += b.priced;
+        self.priced_expected += b.priced_expected;
+        self.priced_killed += b.priced_killed;
+    }
 }
 
 impl std::ops::AddAssign for ProfileStats {
@@ -52,6 +95,7 @@ impl std::ops::AddAssign for ProfileStats {
         self.taught += b.taught;
         self.foreign += b.foreign;
         self.profiles += b.profiles;
+        self.kill_price += b.kill_price;
     }
 }
 

@@ -165,6 +165,7 @@ mod tests {
             limit_type: None,
             demand_pct: None,
             learned_limit_s: None,
+            kill_probability: 0.0,
         }
     }
 

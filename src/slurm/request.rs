@@ -162,6 +162,9 @@ pub struct Rewrite {
     /// A job placed by its profile: its time limit in seconds, which caps its learned runtime
     /// (the node helper's clock too).
     pub learned_limit_s: Option<f64>,
+    /// The chosen option's chance of a kill at the time limit, as its cost priced it (the
+    /// simulator checks the price against the kills that happen).
+    pub kill_probability: f64,
 }
 
 /// The plugin's answer for one job.
@@ -594,6 +597,7 @@ fn rewrite(
         limit_type: d.limit_type.as_deref().and_then(|t| cfg.gpu_type(t)),
         demand_pct,
         learned_limit_s: None,
+        kill_probability: d.terms.kill_probability,
     };
     if !text {
         return r;

@@ -109,6 +109,9 @@ pub struct Shipped<'w> {
     /// Jobs the plugin left as their users asked (no label, no profile, or no placement), or
     /// gave only a wider share than asked (a first run's margin).
     as_asked: FxHashSet<usize>,
+    /// The kill probability the cost priced for each job heshare placed by a label or a
+    /// profile, from its latest decision: checked against the kills that happen.
+    priced_kill: FxHashMap<usize, f64>,
 }
 
 impl<'w> Shipped<'w> {
@@ -168,6 +171,7 @@ impl<'w> Shipped<'w> {
             reading: FxHashMap::default(),
             users: Vec::new(),
             as_asked: FxHashSet::default(),
+            priced_kill: FxHashMap::default(),
         }
     }
 
@@ -372,6 +376,9 @@ impl<'w> Shipped<'w> {
                 };
                 // What the snapshot thread reads back of it (AdminComment and the job table).
                 let placed = label.is_some() || learned.is_some();
+                if placed {
+                    self.priced_kill.insert(j, r.kill_probability);
+                }
                 let pending = placed.then(|| PendingJob {
                     class: match (label, &learned) {
                         (Some(c), _) => st.cfg.classes[c].name.clone(),
@@ -484,6 +491,7 @@ impl Scheduler for Shipped<'_> {
                 continue;
             };
             if v.moved {
+                self.priced_kill.insert(j, v.rewrite.kill_probability);
                 h.gres.types = v.rewrite.offered.clone();
                 h.gres.prefer = v.rewrite.prefer.as_deref().and_then(|p| st.cfg.gpu_type(p));
                 if let Some(m) = h.pending.as_mut() {
@@ -530,6 +538,12 @@ impl Scheduler for Shipped<'_> {
     }
 
     fn finished(&mut self, st: &State<'_>, j: usize) {
+        if let Some(p) = self.priced_kill.remove(&j) {
+            self.profiles
+                .stats
+                .kill_price
+                .add(p, st.jobs[j].killed_s.is_some());
+        }
         self.hints.remove(&j);
         self.reading.remove(&j);
         if let Some(keys) = self.keys.remove(&j) {
