@@ -18,13 +18,14 @@ that no figure there is typed by hand.
 suite: per world the best baseline of the first seed, heshare as it ships, told every job's
 class (labelled) and told every job's truth (oracle), each as facility energy per job / mean
 JCT / p99 JCT over the best baseline's (median over seeds), and heshare's kills plain Slurm
-never had (all seeds) and, of those, the runs of jobs heshare did not leave as their users asked
-(the rest it left as asked: they ran beside other neighbours or on another type than under
-plain Slurm), with heshare's and plain Slurm's kills in all, then the geometric means; the range of heshare's per-seed energy and
-mean JCT ratios is the spread a change must leave before it counts. compare: heshare (learned)
-in two suite runs, world by world, and whether the second's median lies outside the first's
-seeds' range ("better"/"worse") or inside it ("within spread"). bench: each cell the range over the runs,
-ratios each run's own against the best-fit scan timed in the same run. placement: the median
+never had (all seeds) and, of those, the runs of jobs heshare did not leave as their users
+asked (the rest it left as asked: they ran beside other neighbours or on another type than
+under plain Slurm), with heshare's and plain Slurm's kills in all, then the geometric means; the
+range of heshare's per-seed energy and mean JCT ratios is the spread a change must leave before
+it counts. compare: heshare (learned) in two suite runs, world by world, and whether the
+second's median lies outside the first's seeds' range ("better"/"worse") or inside it ("within
+spread"). bench: each cell the range over the runs, ratios each run's own against the best-fit
+scan timed in the same run. placement: the median
 GPU allocation over seeds against the FGD paper's.
 """
 import json

@@ -579,11 +579,7 @@ mod tests {
         let cfg = cfg();
         let reference = &cfg.gpu_types[cfg.reference_gpu];
         let slower = slowest_type(&cfg);
-        let guessed = JobClass {
-            measured_speed: vec![(reference.name.clone(), 1.0)],
-            runtime_log_sd: Some(0.1),
-            ..cfg.class("bert-train").expect("bert-train").clone()
-        };
+        let guessed = measured_on_reference(&cfg);
         let there = alone_runtime(&guessed, slower, reference).0;
         let short = there * 0.7;
         assert!(written_for_holds(&cfg, &guessed, slower, short));
@@ -617,11 +613,7 @@ mod tests {
             .max_by(|a, b| a.relative_throughput.total_cmp(&b.relative_throughput))
             .expect("types");
         assert!(faster.relative_throughput > reference.relative_throughput);
-        let base = JobClass {
-            measured_speed: vec![(reference.name.clone(), 1.0)],
-            runtime_log_sd: Some(0.1),
-            ..cfg.class("bert-train").expect("bert-train").clone()
-        };
+        let base = measured_on_reference(&cfg);
         let limit = alone_runtime(&base, slower, reference).0 * 1.2;
         assert!(!ran_out_of_time(&cfg, &base, slower, limit));
         assert!(written_for_holds(&cfg, &base, slower, limit));
@@ -656,6 +648,16 @@ mod tests {
         };
         assert!(!ran_out_of_time(&cfg, &shared, slower, limit));
         assert!(written_for_holds(&cfg, &shared, slower, limit));
+    }
+
+    /// A learned training job whose runs measured the reference type only.
+    fn measured_on_reference(cfg: &Config) -> JobClass {
+        let reference = &cfg.gpu_types[cfg.reference_gpu];
+        JobClass {
+            measured_speed: vec![(reference.name.clone(), 1.0)],
+            runtime_log_sd: Some(0.1),
+            ..cfg.class("bert-train").expect("bert-train").clone()
+        }
     }
 
     /// The catalog's slowest type (slower than the reference type).

@@ -527,14 +527,10 @@ pub fn generate_jobs(
             // Its user's limit covers this run alone on the slowest type it allows, rounded up to
             // the hour; or, for a script tried on the fastest type only, the run there.
             let written_for = if fast_limit {
-                alone.fold(f64::INFINITY, f64::min)
+                let fastest = alone.fold(f64::INFINITY, f64::min);
+                if fastest.is_finite() { fastest } else { work_s }
             } else {
                 alone.fold(work_s, f64::max)
-            };
-            let written_for = if written_for.is_finite() {
-                written_for
-            } else {
-                work_s
             };
             SimJob::new(
                 class,

@@ -41,8 +41,9 @@ pub struct ProfileStats {
 }
 
 /// How the kill probabilities the cost priced compare with the kills that happened, over the
-/// runs heshare placed by a label or a profile, each with its latest decision's probability
-/// (of the option it chose; Slurm may start it on another type it was offered, at another).
+/// runs heshare placed by a label or a profile, each with the probability of the decision Slurm
+/// follows (of the option it chose; Slurm may start it on another type it was offered, at
+/// another).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
 pub struct KillPrice {
     /// Runs priced as (next to) never killed, below [`KillPrice::PRICED`], and how many were.

@@ -110,7 +110,8 @@ pub struct Shipped<'w> {
     /// gave only a wider share than asked (a first run's margin).
     as_asked: FxHashSet<usize>,
     /// The kill probability the cost priced for each job heshare placed by a label or a
-    /// profile, from its latest decision: checked against the kills that happen.
+    /// profile, from the decision Slurm follows (at submission, or a re-decision that moved
+    /// it): checked against the kills that happen.
     priced_kill: FxHashMap<usize, f64>,
 }
 
