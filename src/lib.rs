@@ -9,6 +9,7 @@ pub mod cli;
 pub mod cluster;
 pub mod command;
 pub mod config;
+pub mod contention;
 pub mod logging;
 pub mod model;
 pub mod node;

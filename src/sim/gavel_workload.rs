@@ -74,7 +74,7 @@ fn types_by_scale() -> Vec<(u32, Vec<String>)> {
         .into_iter()
         .map(|s| (s, BTreeSet::new()))
         .collect();
-    for r in super::world::gavel_rows()
+    for r in crate::contention::gavel_rows()
         .filter(|r| r.gpu == "v100" && r.consolidated && r.steps_per_s > 0.0)
     {
         if let Some((_, set)) = by.iter_mut().find(|(s, _)| *s == r.scale) {

@@ -64,14 +64,6 @@ const ZEUS_RTX6000: &str = include_str!(concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/data/zeus-nsdi23/summary_power_rtx6000.csv"
 ));
-const GAVEL_ISOLATED: &str = include_str!(concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/data/gavel-osdi20/gavel_physical_isolated_throughputs.csv"
-));
-const GAVEL_COLOCATED: &str = include_str!(concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/data/gavel-osdi20/gavel_physical_colocated_throughputs.csv"
-));
 const EDP: &str = include_str!(concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/data/ai-inference-energy-dvfs/edp_optimization_results.json"
@@ -487,78 +479,9 @@ struct EdpRecord {
     performance_vs_max_edp_percent: f64,
 }
 
-/// One row of Gavel's isolated throughput table.
-pub(crate) struct GavelRow {
-    pub gpu: &'static str,
-    /// On one server (a multi-GPU job's GPUs not spread over servers).
-    pub consolidated: bool,
-    pub job_type: &'static str,
-    /// GPUs the job runs on.
-    pub scale: u32,
-    pub steps_per_s: f64,
-}
-
-/// Gavel's isolated throughput table (`gpu_type, consolidated, job_type, scale_factor,
-/// throughput_steps_per_s`; job types hold no commas), its unreadable rows left out.
-pub(crate) fn gavel_rows() -> impl Iterator<Item = GavelRow> {
-    GAVEL_ISOLATED.lines().skip(1).filter_map(|line| {
-        let f: Vec<&'static str> = line.split(',').collect();
-        if f.len() != 5 {
-            return None;
-        }
-        Some(GavelRow {
-            gpu: f[0],
-            consolidated: f[1] == "1",
-            job_type: f[2],
-            scale: f[3].parse().ok()?,
-            steps_per_s: f[4].parse().ok()?,
-        })
-    })
-}
-
-/// Gavel: (job type -> {gpu -> steps/s}) for one GPU, consolidated.
-fn gavel_isolated() -> BTreeMap<String, BTreeMap<String, f64>> {
-    let mut out: BTreeMap<String, BTreeMap<String, f64>> = BTreeMap::new();
-    for r in gavel_rows().filter(|r| r.consolidated && r.scale == 1) {
-        out.entry(r.job_type.to_owned())
-            .or_default()
-            .insert(r.gpu.to_owned(), r.steps_per_s);
-    }
-    out
-}
-
 /// A Gavel job type's family: `ResNet-50` of `ResNet-50 (batch size 64)`.
 pub(crate) fn family(job_type: &str) -> &str {
     job_type.split(" (").next().unwrap_or(job_type)
-}
-
-/// Contention implied by each co-located pair of one-GPU jobs on a V100, as calibrate.py §2
-/// fits the catalog's kappa to their median: sorted.
-fn gavel_pair_kappas(iso: &BTreeMap<String, BTreeMap<String, f64>>) -> Vec<f64> {
-    let mut out = Vec::new();
-    for line in GAVEL_COLOCATED.lines().skip(1) {
-        let f: Vec<&str> = line.split(',').collect();
-        if f.len() != 7 || f[0] != "v100" || f[2] != "1" || f[4] != "1" {
-            continue;
-        }
-        let (Ok(ta), Ok(tb)) = (f[5].parse::<f64>(), f[6].parse::<f64>()) else {
-            continue;
-        };
-        let (Some(ia), Some(ib)) = (
-            iso.get(f[1]).and_then(|m| m.get("v100")),
-            iso.get(f[3]).and_then(|m| m.get("v100")),
-        ) else {
-            continue;
-        };
-        if ta <= 0.0 || tb <= 0.0 {
-            continue;
-        }
-        let sum = ta / ia + tb / ib;
-        // Two half shares of a job with c = 0.25: sum = 2 / ((1 + c) (1 + kappa / 2)).
-        out.push((2.0 * (2.0 / (sum * 1.25) - 1.0)).max(0.0));
-    }
-    out.sort_by(f64::total_cmp);
-    out
 }
 
 fn median(v: &[f64]) -> Option<f64> {
@@ -632,7 +555,7 @@ impl World {
                 knee: c.clock_knee,
             })
             .collect();
-        let iso = gavel_isolated();
+        let iso = crate::contention::gavel_isolated();
         let edp: Vec<EdpRecord> = serde_json::from_str(EDP).unwrap_or_default();
         let mut variants = Vec::new();
         let mut residuals = Vec::new();
@@ -660,8 +583,8 @@ impl World {
         } else {
             (residuals.iter().map(|r| r * r).sum::<f64>() / residuals.len() as f64).sqrt()
         };
-        let pairs = gavel_pair_kappas(&iso);
-        let kappa = median(&pairs).unwrap_or(cfg.policy.contention_kappa);
+        let pairs = crate::contention::pair_sensitivities();
+        let kappa = median(pairs).unwrap_or(cfg.policy.contention_kappa);
         let kappa_spread = pairs
             .iter()
             .map(|k| if kappa > 0.0 { k / kappa } else { 1.0 })
