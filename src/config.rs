@@ -140,6 +140,12 @@ const RETIRED: &[(&str, &str, &str)] = &[
          they were",
     ),
     (
+        "policy",
+        "contention_worst",
+        "the chance of a kill beside busy neighbours of a share heshare sizes is priced over the \
+         catalog's measured pairs, or the job's own measured sensitivity, in the option's cost",
+    ),
+    (
         "profiles",
         "size_shares",
         "a profiled `--gres=mps:P` is sized by its profile exactly where [policy] \
@@ -209,7 +215,6 @@ pub struct PolicyKnobs {
     pub demand_margin: f64,
     pub limit_type: String,
     pub time_slice_efficiency: f64,
-    pub contention_worst: f64,
     pub time_value_kwh_per_gpu_hour: f64,
     pub resize_asked_shares: bool,
 }
@@ -228,7 +233,6 @@ impl Default for PolicyKnobs {
             demand_margin: 0.15,
             limit_type: "slowest".to_owned(),
             time_slice_efficiency: 0.8,
-            contention_worst: 98.4,
             // See `time_value_kwh_per_gpu_hour` in `settings.rs` for the argument.
             time_value_kwh_per_gpu_hour: 3.0,
             resize_asked_shares: false,
@@ -1720,25 +1724,6 @@ memory_gib = 8
             .expect("named");
         assert_eq!(w.line, Some(4), "{w}");
         assert!(w.to_string().contains("profile's quantile"), "{w}");
-    }
-
-    /// The neighbour rule's setting: out of range is an error naming the field; absent, the
-    /// documented default.
-    #[test]
-    fn the_neighbour_settings_are_checked_by_name() {
-        let cfg = parse(SMALL).expect("valid");
-        assert!((cfg.policy.contention_worst - 98.4).abs() < 1e-12);
-        let bad = SMALL.replace(
-            "energy_weight = 0.5",
-            "energy_weight = 0.5\ncontention_worst = -1",
-        );
-        let errs = parse(&bad).expect_err("must fail");
-        assert_eq!(errs[0].field, "policy.contention_worst", "{}", errs[0]);
-        assert!(
-            errs[0].to_string().contains("-1 is outside 0..=1000"),
-            "{}",
-            errs[0]
-        );
     }
 
     /// A setting this heshare no longer reads still loads, named with its line and why, and the

@@ -142,40 +142,6 @@ pub struct NeighbourSlowdown {
     pub up_to_busy: f64,
 }
 
-/// The most neighbours whose busy shares sum to `busy` may slow a job of `class`, as a factor on
-/// its predicted `slowdown`: its contention `1 + k * busy`, with `k` what its runs measured (at
-/// most `worst_per_busy`, `[policy] contention_worst`: the worst co-located pair measured) or
-/// `worst_per_busy` where they measured nothing. Training slows by the contention; a service
-/// at nominal `load` of its share (its busy over its share) only once `load` times it passes
-/// one. The catalog's sharing model predicts the typical pair; a job's kill at its time limit
-/// comes from its own sensitivity, which spreads a hundredfold from pair to pair.
-pub fn worst_neighbour_slowdown(
-    class: &JobClass,
-    slowdown: f64,
-    load: f64,
-    busy: f64,
-    worst_per_busy: f64,
-) -> f64 {
-    let busy = if busy.is_finite() {
-        busy.clamp(0.0, 1.0)
-    } else {
-        1.0
-    };
-    let worst = worst_per_busy.max(0.0);
-    let k = class
-        .neighbours
-        .map_or(worst, |n| n.per_busy.clamp(0.0, worst));
-    let contention = 1.0 + k * busy;
-    let slowdown = slowdown.max(1.0);
-    match class.kind {
-        JobKind::Training => slowdown * contention,
-        JobKind::Inference => {
-            let load = if load.is_finite() { load.max(0.0) } else { 1.0 };
-            slowdown * (load * contention).max(1.0) / load.max(1.0)
-        }
-    }
-}
-
 /// Runs of a job killed at their time limit on one GPU type, as its profile sums them up: where
 /// a share no smaller than its need there ran out of time, a neighbour slowed it more than the
 /// model says and it gets only whole GPUs (on any type, whatever its limit), at the default
@@ -844,63 +810,5 @@ pub(crate) mod tests {
         assert_eq!(round_up_share(0.0, 10).get(), 10);
         assert_eq!(round_up_share(3.0, 10).get(), 100);
         assert_eq!(round_up_share(0.97, 7).get(), 98);
-    }
-
-    /// Training slows by the whole contention; a service only once its load times the
-    /// contention passes one. Unmeasured, the worst pair's `k`; measured, its own, no higher.
-    #[test]
-    fn the_worst_neighbours_slow_training_at_once_and_a_service_past_saturation() {
-        let mut t = training("t");
-        let close = |a: f64, b: f64| (a - b).abs() < 1e-9;
-        assert!(close(
-            worst_neighbour_slowdown(&t, 1.2, 1.0, 0.5, 98.4),
-            1.2 * 50.2
-        ));
-        t.neighbours = Some(NeighbourSlowdown {
-            per_busy: 2.0,
-            up_to_busy: 0.3,
-        });
-        assert!(close(
-            worst_neighbour_slowdown(&t, 1.2, 1.0, 0.5, 98.4),
-            1.2 * 2.0
-        ));
-        // A measured k above the worst pair's is the worst pair's.
-        t.neighbours = Some(NeighbourSlowdown {
-            per_busy: 500.0,
-            up_to_busy: 0.3,
-        });
-        assert!(close(
-            worst_neighbour_slowdown(&t, 1.0, 1.0, 0.5, 98.4),
-            50.2
-        ));
-        let mut s = JobClass {
-            kind: JobKind::Inference,
-            ..training("s")
-        };
-        s.neighbours = Some(NeighbourSlowdown {
-            per_busy: 2.0,
-            up_to_busy: 0.5,
-        });
-        // Contention 2: at load 0.4 it keeps pace, at 0.8 it falls behind 1.6x, saturated
-        // already (load 1.5) it slows by all of it.
-        assert!(close(
-            worst_neighbour_slowdown(&s, 1.0, 0.4, 0.5, 98.4),
-            1.0
-        ));
-        assert!(close(
-            worst_neighbour_slowdown(&s, 1.0, 0.8, 0.5, 98.4),
-            1.6
-        ));
-        assert!(close(
-            worst_neighbour_slowdown(&s, 1.5, 1.5, 0.5, 98.4),
-            3.0
-        ));
-        // Unmeasured: a light service keeps pace only while load * (1 + 98.4 busy) <= 1.
-        s.neighbours = None;
-        assert!(close(
-            worst_neighbour_slowdown(&s, 1.0, 0.05, 0.1, 98.4),
-            1.0
-        ));
-        assert!(worst_neighbour_slowdown(&s, 1.0, 0.05, 0.5, 98.4) > 2.5);
     }
 }

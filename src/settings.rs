@@ -211,18 +211,6 @@ pub const SETTINGS: &[Setting] = &[
                   the upper end of what a job of the class may need. To be replaced by the \
                   spread of the belief about the job.",
     },
-    Setting {
-        section: "policy",
-        name: "contention_worst",
-        role: Rule,
-        unit: "slowdown per busy share",
-        range: num(0.0, 1000.0),
-        meaning: "The most sensitive a job may be to its neighbours where its own runs measured \
-                  nothing, and the most a measurement is taken at: a share heshare sizes itself \
-                  goes only where its time limit holds at that contention with the rest of the \
-                  GPU busy. 98.4 is Gavel's worst co-located V100 pair; 0 trusts the model's \
-                  typical pair.",
-    },
     // [profiles]
     Setting {
         section: "profiles",

@@ -395,7 +395,7 @@ pub fn run(out: &mut impl Write, cmd: &ProfilesCommand) -> Result<()> {
                         )?,
                         None => writeln!(
                             out,
-                            "  beside busy neighbours: never measured (a share heshare sizes must survive the worst pair, [policy] contention_worst)"
+                            "  beside busy neighbours: never measured (the kill of a share heshare sizes is priced over the catalog's measured pairs)"
                         )?,
                     }
                 }

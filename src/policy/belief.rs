@@ -5,8 +5,11 @@
 //! catalog's spread of exponents times how far the type's speed is from a measured one. A job's
 //! bound keeps its limit at that quantile of the belief, or covers the run its limit is written
 //! for ([`limit_slowdown`]); the chance that a run still passes it ([`LimitRisk`]) is priced in
-//! the option's cost (`cost::kill_j`) and the clock's (`share::clock_cost`). No margin of its own
-//! keeps a job off shared GPUs or lower clocks. Pure.
+//! the option's cost (`cost::kill_j`) and the clock's (`share::clock_cost`). A share heshare
+//! sizes itself is priced beside the neighbours the rest of the GPU can hold, the run slowed by
+//! its sensitivity to them ([`Beside`]): what its runs measured, or where they measured none,
+//! any of the catalog's measured pairs (`contention::prior`). No margin of its own keeps a job
+//! off shared GPUs or lower clocks. Pure.
 
 use crate::config::Config;
 use crate::model::{GpuType, JobClass, JobKind, alone_runtime, relative_speed};
@@ -195,6 +198,53 @@ pub struct LimitRisk {
     ln_limit: f64,
     ln_median: f64,
     ln_cdf_margin: f64,
+    /// What is believed of how busy neighbours slow the job ([`Beside`]) where it shares a GPU;
+    /// `None`: the sharing model's contention is taken as exact.
+    beside: Option<Beside>,
+}
+
+/// What is believed of a job's sensitivity to busy neighbours, `k` in the contention
+/// `1 + k * busy`, against the sharing model's typical one (`[policy] contention_kappa`, which
+/// its runtime predictions already carry): the largest its own runs measured
+/// (`JobClass::neighbours`), or where none did, the catalog's measured pairs
+/// (`contention::prior`), which spread a hundredfold. A kill beside neighbours comes from the
+/// tail of that spread, not from the typical pair.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Beside {
+    measured: Option<f64>,
+    typical: f64,
+    kind: JobKind,
+}
+
+impl Beside {
+    /// The belief for `class` under `cfg`'s sharing model.
+    pub fn of(cfg: &Config, class: &JobClass) -> Beside {
+        Beside {
+            // A service's runs that kept pace bound its sensitivity rather than measure it; no
+            // job is believed more sensitive than the worst pair measured.
+            measured: class.neighbours.map(|n| {
+                let worst = crate::contention::pair_sensitivities()
+                    .last()
+                    .copied()
+                    .unwrap_or(f64::INFINITY);
+                n.per_busy.clamp(0.0, worst)
+            }),
+            typical: cfg.policy.contention_kappa.max(0.0),
+            kind: class.kind,
+        }
+    }
+
+    /// The runtime over the prediction's at sensitivity `k` with `rest` of the GPU busy, where
+    /// the prediction carried `now` (its contention factor) and, for a service, its nominal
+    /// `load` on its share (busy over share, before contention): training slows by the
+    /// contention; a service only once its load times the contention passes one.
+    fn factor(self, k: f64, rest: f64, now: f64, load: f64) -> f64 {
+        let c = 1.0 + k * rest;
+        match self.kind {
+            JobKind::Training => c / now,
+            JobKind::Inference => (load * c).max(1.0) / (load * now).max(1.0),
+        }
+    }
 }
 
 /// Whether the limit is read as written for `written_for`: where the job's runs never ran on
@@ -298,6 +348,15 @@ impl LimitRisk {
                 .logs()
             }
         }
+        .beside(Beside::of(cfg, class))
+    }
+
+    /// The same belief, pricing a share beside neighbours as sensitive as `beside` says.
+    pub fn beside(self, beside: Beside) -> LimitRisk {
+        LimitRisk {
+            beside: Some(beside),
+            ..self
+        }
     }
 
     /// The belief for runtimes kept at `quantile` of runs whose log runtimes spread by
@@ -313,6 +372,7 @@ impl LimitRisk {
             ln_limit: 0.0,
             ln_median: 0.0,
             ln_cdf_margin: 0.0,
+            beside: None,
         }
         .logs()
     }
@@ -356,15 +416,49 @@ impl LimitRisk {
     }
 
     /// The belief's bits, for a cache keyed by what a decision depends on.
-    pub fn key(&self) -> [u64; 5] {
+    pub fn key(&self) -> [u64; 7] {
         let (w, r) = self.written_for.unwrap_or((-1.0, -1.0));
+        let (k, typical) = self
+            .beside
+            .map_or((-2.0, -1.0), |b| (b.measured.unwrap_or(-1.0), b.typical));
         [
             self.limit_s.to_bits(),
             self.median_per_quantile.to_bits(),
             self.sd.to_bits(),
             w.to_bits(),
             r.to_bits(),
+            k.to_bits(),
+            typical.to_bits(),
         ]
+    }
+
+    /// The chance that a run predicted to take `runtime_s` here passes the limit beside
+    /// neighbours keeping `busy` of the GPU busy, the job as sensitive to them as believed
+    /// ([`Beside`]): the prediction carried them at the typical contention, weighed as the
+    /// sharing model weighs them (`pressure`), and for a service its nominal `load` (its busy
+    /// over its share). Without neighbours, [`LimitRisk::probability`].
+    pub fn probability_shared(&self, runtime_s: f64, busy: f64, pressure: f64, load: f64) -> f64 {
+        let rest = if busy.is_finite() {
+            busy.clamp(0.0, 1.0)
+        } else {
+            1.0
+        };
+        let Some(b) = self.beside.filter(|_| rest > 1e-9) else {
+            return self.probability(runtime_s);
+        };
+        let now = 1.0 + b.typical * pressure.max(0.0);
+        let load = if load.is_finite() { load.max(0.0) } else { 1.0 };
+        let at = |k: f64| self.probability(runtime_s * b.factor(k, rest, now, load));
+        match b.measured {
+            Some(k) => at(k),
+            None => {
+                let prior = crate::contention::prior();
+                if prior.is_empty() {
+                    return at(b.typical);
+                }
+                prior.iter().map(|&(w, k)| w * at(k)).sum()
+            }
+        }
     }
 
     /// The chance that a run predicted to take `runtime_s` here (its runtime at the profile's
@@ -495,6 +589,69 @@ mod tests {
             })
             .expect("a type of another speed");
         assert!(kill_probability(&cfg, &with(Some(0.0)), other, 1000.0, 1100.0) > 0.0);
+    }
+
+    /// Beside busy neighbours a training run slows by its contention, priced over the measured
+    /// pairs where its runs measured none (the tail past what the limit allows is the chance of
+    /// a kill), at its own sensitivity where they did (no higher than the worst pair); a
+    /// service keeps pace until its load times the contention passes one; without neighbours
+    /// nothing changes.
+    #[test]
+    fn neighbours_are_priced_at_the_pairs_spread_or_the_jobs_own() {
+        let cfg = cfg();
+        let reference = &cfg.gpu_types[cfg.reference_gpu];
+        let exact = JobClass {
+            runtime_log_sd: Some(0.0),
+            ..measured_on_reference(&cfg)
+        };
+        let risk = |c: &JobClass| LimitRisk::of(&cfg, c, reference, None, 3000.0);
+        let alone = risk(&exact).probability(1000.0);
+        assert!(alone.abs() < 1e-12);
+        assert!(
+            (risk(&exact).probability_shared(1000.0, 0.0, 0.0, 1.0) - alone).abs() < 1e-12,
+            "no neighbours"
+        );
+        // Half the GPU busy: killed where 1 + k / 2 > 3, k > 4: the pairs past it.
+        let pairs = crate::contention::pair_sensitivities();
+        #[allow(clippy::cast_precision_loss)]
+        let past = pairs.iter().filter(|&&k| k > 4.0).count() as f64 / pairs.len() as f64;
+        let p = risk(&exact).probability_shared(1000.0, 0.5, 0.0, 1.0);
+        assert!((p - past).abs() < 0.03, "{p} against the pairs' {past}");
+        // Busier neighbours, a likelier kill.
+        assert!(risk(&exact).probability_shared(1000.0, 1.0, 0.0, 1.0) > p);
+        // Its own runs measured k = 2 (contention 2 at half busy): safe; k = 6: killed.
+        let with = |per_busy: f64| JobClass {
+            neighbours: Some(crate::model::NeighbourSlowdown {
+                per_busy,
+                up_to_busy: 0.5,
+            }),
+            ..exact.clone()
+        };
+        assert!(risk(&with(2.0)).probability_shared(1000.0, 0.5, 0.0, 1.0) < 1e-12);
+        assert!((risk(&with(6.0)).probability_shared(1000.0, 0.5, 0.0, 1.0) - 1.0).abs() < 1e-12);
+        // The prediction already carried its neighbours at the typical contention.
+        let kappa = cfg.policy.contention_kappa;
+        let carried = 1000.0 * (1.0 + kappa * 0.5);
+        assert!(
+            risk(&with(5.0)).probability_shared(carried, 0.5, 0.5, 1.0) > 0.5,
+            "1 + 5 / 2 = 3.5 > 3"
+        );
+        assert!(risk(&with(3.0)).probability_shared(carried, 0.5, 0.5, 1.0) < 1e-12);
+        // No job is believed more sensitive than the worst pair measured.
+        let worst = *pairs.last().expect("pairs");
+        let roomy = LimitRisk::of(&cfg, &with(1e6), reference, None, 1000.0 * (2.0 + worst));
+        assert!(roomy.probability_shared(1000.0, 1.0, 0.0, 1.0) < 1e-12);
+        // A service at load 0.25 keeps pace up to contention 4 (k = 6 at half busy); past it,
+        // at k = 10 (contention 6), it falls 1.5x behind, past a limit of 1.4x its runtime.
+        let service = |per_busy: f64| JobClass {
+            kind: JobKind::Inference,
+            ..with(per_busy)
+        };
+        let tight = |c: &JobClass| LimitRisk::of(&cfg, c, reference, None, 1400.0);
+        assert!(tight(&service(6.0)).probability_shared(1000.0, 0.5, 0.0, 0.25) < 1e-12);
+        assert!(
+            (tight(&service(10.0)).probability_shared(1000.0, 0.5, 0.0, 0.25) - 1.0).abs() < 1e-12
+        );
     }
 
     #[test]

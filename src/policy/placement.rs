@@ -17,9 +17,7 @@ use super::queue::TypeQueue;
 use super::score;
 use super::share::{ShareError, ShareJob, ShareParams, SharePlan, ShareSpec, optimize};
 use crate::config::Config;
-use crate::model::{
-    GpuType, JobClass, JobKind, KilledOn, alone_runtime, full_speed_share, worst_neighbour_slowdown,
-};
+use crate::model::{GpuType, JobClass, JobKind, KilledOn, alone_runtime, full_speed_share};
 use crate::units::{Joules, Seconds, SharePct};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -381,7 +379,7 @@ struct PlanKey {
 
 /// One job as the plan depends on it: its class's fingerprint, share, user (numbered in order
 /// of appearance), bound's bits and its limit's belief (`belief::LimitRisk::key`).
-type TenantKey = (u64, ShareSpec, u32, u64, Option<[u64; 5]>);
+type TenantKey = (u64, ShareSpec, u32, u64, Option<[u64; 7]>);
 
 /// Plans remembered beyond this many are dropped all at once (a long run sees few signatures).
 const PLAN_CACHE_MAX: usize = 200_000;
@@ -854,11 +852,10 @@ fn plan_for(
 }
 
 /// What the job is on one GPU type, the same for every group of its GPUs: its class sized for
-/// the type, the slowdown its time limit allows there and its bound, its risk of a kill, and
+/// the type, its bound (with the slowdown its time limit allows there), its risk of a kill, and
 /// whether it must have a GPU of its own or keep the default clock.
 struct OnType<'a> {
     class: std::borrow::Cow<'a, JobClass>,
-    cap: Option<f64>,
     bound: f64,
     risk: Option<super::belief::LimitRisk>,
     killed_here: bool,
@@ -967,7 +964,6 @@ fn on_type<'a>(
         .map(|limit| super::belief::LimitRisk::of(cfg, class, gpu, written_for, limit));
     Some(OnType {
         class: sized,
-        cap,
         bound,
         risk,
         killed_here,
@@ -997,8 +993,8 @@ fn evaluate<'a>(
         return;
     };
     let class: &JobClass = &on.class;
-    let (cap, bound, risk, killed_here, default_clock) =
-        (on.cap, on.bound, on.risk, on.killed_here, on.default_clock);
+    let (bound, risk, killed_here, default_clock) =
+        (on.bound, on.risk, on.killed_here, on.default_clock);
     // Slurm's power saving: waking a node costs its boot (a wait) and keeps it on, idle GPUs
     // and host, for the boot and at least SuspendTime after.
     let (boot_s, wake_j) = match power {
@@ -1090,40 +1086,6 @@ fn evaluate<'a>(
         };
         let me = plan.prediction.jobs.len() - 1;
         let mine = &plan.prediction.jobs[me];
-        // A share heshare sized itself stays within the job's time limit beside the busiest
-        // neighbours the rest of the GPU could hold, as sensitive as its runs measured it, or
-        // as the worst pair measured (`contention_worst`) where they did not: the first run
-        // beside a busy neighbour of a sensitive job would otherwise be its kill. (Where the
-        // limit is known against the job's measured runtime; a catalog class's limit is read
-        // against the slowest type.)
-        if let (ShareSpec::Auto, Some(c), Some(_)) = (spec, cap, sizing.absolute) {
-            let share = plan.shares[me].fraction();
-            let others = 1.0 - share;
-            let worst = worst_neighbour_slowdown(
-                class,
-                mine.slowdown,
-                mine.busy / share.max(1e-9),
-                others,
-                cfg.policy.contention_worst,
-            );
-            if worst > c + 1e-9 {
-                rejections.add(&gpu.name, || {
-                    format!(
-                        "a {}% share beside neighbours {:.0}% busy could need {worst:.1}x its runtime alone, past its time limit ({c:.1}x): {}",
-                        plan.shares[me].get(),
-                        others * 100.0,
-                        class.neighbours.map_or_else(
-                            || "no run of it had busy neighbours".to_owned(),
-                            |n| format!(
-                                "its runs measured {:.2} per unit of neighbour busy",
-                                n.per_busy
-                            )
-                        )
-                    )
-                });
-                continue;
-            }
-        }
         let horizon = mine.runtime.0;
         // What a job's power costs at the meter: with power saving, all of it and the host it
         // keeps on (the GPU's part of the node, split among the GPU's jobs by share, as its
@@ -1159,7 +1121,24 @@ fn evaluate<'a>(
             }
         }
         let s = sizing.scale;
-        let kill = risk.map(|r| (r.probability(mine.runtime.0 * s), r.limit_s));
+        let kill = risk.map(|r| {
+            let p = if spec != ShareSpec::Auto {
+                r.probability(mine.runtime.0 * s)
+            } else {
+                // A share heshare sizes itself is priced beside the neighbours the rest of the
+                // GPU can hold: heshare and Slurm fill it, and the share is fixed for the run.
+                // (A whole GPU has none; a share its user asked for is theirs, with whatever
+                // neighbours it gets under plain Slurm too.)
+                let (busy, pressure) = super::share::neighbours_busy(&plan.prediction, &all, me);
+                r.probability_shared(
+                    mine.runtime.0 * s,
+                    busy.max(1.0 - plan.shares[me].fraction()),
+                    pressure,
+                    mine.busy / plan.shares[me].fraction().max(1e-9),
+                )
+            };
+            (p, r.limit_s)
+        });
         out.push(Candidate {
             gpu_type: gpu.name.clone(),
             type_idx,
@@ -1929,17 +1908,12 @@ mod tests {
         assert!(safe.kill_probability < 1e-9, "{safe:?}");
     }
 
-    /// A share heshare sizes itself must hold the job's time limit beside neighbours as busy as
-    /// the rest of the GPU allows, at the sensitivity its runs measured, or Gavel's worst pair's
-    /// where they measured none: such a job shares only with a limit that covers the worst
-    /// pair, or none.
+    /// The kill of a share heshare sizes is priced beside neighbours as busy as the rest of the GPU allows, at the
+    /// sensitivity its runs measured, or where they measured none, over the catalog's measured
+    /// pairs (`contention::prior`): their tail, not the typical pair, is what kills a run.
     #[test]
-    fn a_share_must_survive_the_busiest_neighbours_the_gpu_could_hold() {
+    fn a_share_is_priced_for_the_busiest_neighbours_the_gpu_could_hold() {
         let cfg = cfg();
-        assert!(
-            (cfg.policy.contention_worst - 98.4).abs() < 1e-12,
-            "documented default"
-        );
         let v100 = cfg.gpu_type("v100m16").expect("v100m16");
         let catalog = cfg.class("vit-infer").expect("vit-infer").clone();
         let class = |neighbours| JobClass {
@@ -1956,40 +1930,41 @@ mod tests {
             learned: Some(Arc::new(class(neighbours))),
             ..JobRequest::new("vit-infer")
         };
-        let shares = |r: &JobRequest| {
+        // The least chance of a kill among its shares, `None` where it has none.
+        let share_kill = |r: &JobRequest| {
             place(&cfg, &v, r)
                 .expect("placed")
                 .candidates
                 .iter()
                 .filter(|c| !c.exclusive)
-                .map(|c| c.share_pct)
-                .collect::<Vec<_>>()
+                .map(|c| c.kill_probability)
+                .min_by(f64::total_cmp)
         };
         let limit = Some(6.0 * runtime);
-        // Never beside busy neighbours: no share, only the idle GPU whole.
-        assert_eq!(shares(&req(limit, None)), Vec::<u8>::new());
+        // Never beside busy neighbours: the pairs past what its limit allows are its risk, and
+        // the idle GPU whole costs less.
+        let unmeasured = share_kill(&req(limit, None)).expect("a share");
+        assert!((0.005..0.5).contains(&unmeasured), "{unmeasured}");
         let plan = place(&cfg, &v, &req(limit, None)).expect("placed");
-        assert!(plan.decision.exclusive);
-        // Measured beside neighbours as busy as the rest of any GPU, slowed 2x per unit.
+        assert!(plan.decision.exclusive, "{:?}", plan.candidates);
+        // Measured beside neighbours as busy as the rest of any GPU, slowed 2x per unit: safe.
         let measured = Some(NeighbourSlowdown {
             per_busy: 1.0,
             up_to_busy: 1.0,
         });
-        assert!(!shares(&req(limit, measured)).is_empty());
-        // Slowed 10x per unit: past a limit of six times its runtime.
+        let safe = share_kill(&req(limit, measured)).expect("a share");
+        assert!(safe < 1e-6, "{safe}");
+        // Slowed 30x per unit: past a limit of six times its runtime.
         let sensitive = Some(NeighbourSlowdown {
-            per_busy: 10.0,
+            per_busy: 30.0,
             up_to_busy: 1.0,
         });
-        assert_eq!(shares(&req(limit, sensitive)), Vec::<u8>::new());
-        // A limit that covers even the worst pair, or no limit: it may share.
-        assert!(!shares(&req(Some(200.0 * runtime), None)).is_empty());
-        assert!(!shares(&req(None, None)).is_empty());
-        // A site that trusts the typical pair.
-        let mut lax = cfg.clone();
-        lax.policy.contention_worst = 0.0;
-        let plan = place(&lax, &v, &req(limit, None)).expect("placed");
-        assert!(plan.candidates.iter().any(|c| !c.exclusive));
+        let doomed = share_kill(&req(limit, sensitive)).expect("a share");
+        assert!(doomed > 0.5, "{doomed}");
+        // A limit that covers even the worst pair: no risk left; no limit: none priced.
+        let roomy = share_kill(&req(Some(200.0 * runtime), None)).expect("a share");
+        assert!(roomy < 1e-6, "{roomy}");
+        assert_eq!(share_kill(&req(None, None)), Some(0.0));
     }
 
     /// A job whose runs were killed at their time limit while sharing gets only an idle GPU

@@ -1026,7 +1026,7 @@ mod tests {
         file(&mut b, "t4", 2, run(1800.0, Some(0.01)));
         let l = lookup(&cfg, &b, &[key()], asked, 2000.0, SETTINGS).expect("profile");
         let n = l.class.neighbours.expect("a loose bound");
-        assert!(n.per_busy >= cfg.policy.contention_worst, "{n:?}");
+        assert!(n.per_busy >= 98.4, "{n:?}");
         // Beside neighbours 40% busy it took 1.5x its quiet runs' time at load 0.5 (0.2 of its
         // 0.4): contention 3, k = (3 - 1) / 0.4.
         file(&mut b, "t4", 3, run(2700.0, Some(0.4)));

@@ -231,7 +231,12 @@ mod tests {
         let samples: Vec<(usize, &Sample)> = runs.iter().chain([&barely]).map(|r| (t, r)).collect();
         let n = learn(&cfg, &class, &samples).expect("a loose bound");
         assert!((n.per_busy - 450.0).abs() < 1e-9, "{n:?}");
-        assert!(n.per_busy > cfg.policy.contention_worst);
+        assert!(
+            n.per_busy
+                > *crate::contention::pair_sensitivities()
+                    .last()
+                    .expect("pairs")
+        );
     }
 
     /// A training job is set against its class's prediction at the run's share, only on a type
