@@ -1128,13 +1128,14 @@ fn evaluate<'a>(
                 // A share heshare sizes itself is priced beside the neighbours the rest of the
                 // GPU can hold: heshare and Slurm fill it, and the share is fixed for the run.
                 // (A whole GPU has none; a share its user asked for is theirs, with whatever
-                // neighbours it gets under plain Slurm too.)
-                let (busy, pressure) = super::share::neighbours_busy(&plan.prediction, &all, me);
+                // neighbours it gets under plain Slurm too.) The neighbours there now keep no
+                // more of it busy than their shares, which the rest already holds.
+                let share = plan.shares[me].fraction();
                 r.probability_shared(
                     mine.runtime.0 * s,
-                    busy.max(1.0 - plan.shares[me].fraction()),
-                    pressure,
-                    mine.busy / plan.shares[me].fraction().max(1e-9),
+                    1.0 - share,
+                    super::share::neighbours_pressure(&plan.prediction, &all, me),
+                    mine.busy / share.max(1e-9),
                 )
             };
             (p, r.limit_s)
@@ -1908,9 +1909,10 @@ mod tests {
         assert!(safe.kill_probability < 1e-9, "{safe:?}");
     }
 
-    /// The kill of a share heshare sizes is priced beside neighbours as busy as the rest of the GPU allows, at the
-    /// sensitivity its runs measured, or where they measured none, over the catalog's measured
-    /// pairs (`contention::prior`): their tail, not the typical pair, is what kills a run.
+    /// The kill of a share heshare sizes is priced beside neighbours as busy as the rest of the
+    /// GPU allows, at the sensitivity its runs measured, or where they measured none, over the
+    /// catalog's measured pairs (`contention::prior`): their tail, not the typical pair, is what
+    /// kills a run.
     #[test]
     fn a_share_is_priced_for_the_busiest_neighbours_the_gpu_could_hold() {
         let cfg = cfg();

@@ -147,17 +147,16 @@ pub fn clock_cost(
     rate + kill_j / work.max(1e-9)
 }
 
-/// How busy job `i`'s neighbours keep the GPU in `p`: their summed nominal busy, and the same
-/// weighed by their classes' `mem_intensity` as the sharing model's contention is.
-pub fn neighbours_busy(p: &GpuPrediction, jobs: &[ShareJob<'_>], i: usize) -> (f64, f64) {
+/// The busy of job `i`'s neighbours in `p` as the sharing model's contention weighs it: each
+/// one's nominal busy times its class's `mem_intensity`.
+pub fn neighbours_pressure(p: &GpuPrediction, jobs: &[ShareJob<'_>], i: usize) -> f64 {
     p.jobs
         .iter()
         .zip(jobs)
         .enumerate()
         .filter(|&(k, _)| k != i)
-        .fold((0.0, 0.0), |(b, w), (_, (pj, j))| {
-            (b + pj.busy, w + j.class.mem_intensity * pj.busy)
-        })
+        .map(|(_, (pj, j))| j.class.mem_intensity * pj.busy)
+        .sum()
 }
 
 /// The static power (GPU idle and the host part) that counts in `gpu`'s clock cost under
